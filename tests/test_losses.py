@@ -1,0 +1,148 @@
+"""WeinceLoss / InfoNCELoss inside sentence-transformers, on the real MiniLM and real wiki sentences."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from datasets import Dataset
+from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
+from simcse_weince.losses import DIAGNOSTIC_KEYS
+
+
+@pytest.fixture()
+def fresh_minilm(minilm):
+    model = copy.deepcopy(minilm)
+    model.max_seq_length = 32
+    return model
+
+
+def _parameters(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+
+
+def _features(model, texts):
+    return (model.preprocess if hasattr(model, "preprocess") else model.tokenize)(texts)
+
+
+def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki_sentences, tmp_path):
+    dataset = Dataset.from_dict({"text": wiki_sentences[:48]})
+    loss = WeinceLoss(fresh_minilm)
+    seen = []
+
+    from transformers import TrainerCallback
+
+    class Record(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(loss.last_diagnostics)
+
+    before = _parameters(fresh_minilm)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=1, learning_rate=3e-5,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, dataloader_drop_last=True,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=fresh_minilm, args=args, train_dataset=dataset, loss=loss, callbacks=[Record()]
+    )
+    result = trainer.train()
+    assert result.global_step == 3
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert losses and all(torch.isfinite(torch.tensor(losses)))
+    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert len(seen) == 3
+    for diagnostics in seen:
+        assert set(diagnostics) == set(DIAGNOSTIC_KEYS)
+        assert 0.0 <= diagnostics["lambda_mean"] <= 1.0
+        assert 0.0 <= diagnostics["lambda_above_half"] <= 1.0
+        assert 0.0 < diagnostics["rho0"] <= 2.0
+
+
+def test_legacy_fit_with_single_sentences(fresh_minilm, wiki_sentences):
+    from sentence_transformers import InputExample
+    from torch.utils.data import DataLoader
+
+    examples = [InputExample(texts=[text]) for text in wiki_sentences[100:132]]
+    loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
+    loss = WeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0))
+    before = _parameters(fresh_minilm)
+    fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
+    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+
+
+def test_dropout_positives_differ_but_pairs_are_the_same_text(fresh_minilm, wiki_sentences):
+    """One column: the positive is the same sentence with another dropout mask (SimCSE)."""
+    fresh_minilm.train()
+    features = _features(fresh_minilm, wiki_sentences[:8])
+    loss = WeinceLoss(fresh_minilm)
+    torch.manual_seed(0)
+    value = loss([features])
+    assert torch.isfinite(value)
+    fresh_minilm.eval()  # without dropout the two views coincide: every positive sits at cosine 1
+    with torch.no_grad():
+        anchors, positives = (fresh_minilm(_features(fresh_minilm, wiki_sentences[:8]))["sentence_embedding"]
+                              for _ in range(2))
+    torch.testing.assert_close(anchors, positives)
+
+
+def test_infonce_loss_equals_mnrl_on_pairs_and_triplets(fresh_minilm, wiki_sentences):
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    fresh_minilm.eval()  # deterministic embeddings, so both losses see the same ones
+    columns = [_features(fresh_minilm, wiki_sentences[i * 8:(i + 1) * 8]) for i in range(3)]
+    mnrl = MultipleNegativesRankingLoss(fresh_minilm, scale=20.0)
+    for n_columns in (2, 3):
+        with torch.no_grad():
+            expected = mnrl(columns[:n_columns], None)
+            ours = InfoNCELoss(fresh_minilm, temperature=0.05)(columns[:n_columns], None)
+            forced = WeinceLoss(fresh_minilm, temperature=0.05)
+            embeddings = [fresh_minilm(c)["sentence_embedding"] for c in columns[:n_columns]]
+            from simcse_weince import weince_loss
+
+            zero = weince_loss(embeddings[0], torch.cat(embeddings[1:]), temperature=0.05, mixing_weight=0.0)
+        assert abs(ours.item() - expected.item()) <= 1e-6
+        assert abs(zero.item() - expected.item()) <= 1e-6
+        assert forced.get_config_dict()["temperature"] == 0.05
+
+
+def test_infonce_can_track_what_weince_would_do(fresh_minilm, wiki_sentences):
+    fresh_minilm.eval()
+    features = _features(fresh_minilm, wiki_sentences[:16])
+    plain = InfoNCELoss(fresh_minilm)
+    tracked = InfoNCELoss(fresh_minilm, track_statistics=True)
+    with torch.no_grad():
+        assert abs(plain([features, features]).item() - tracked([features, features]).item()) < 1e-6
+    assert plain.last_diagnostics == {}
+    assert set(tracked.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+
+
+def test_config_dict_citation_and_docstring(fresh_minilm):
+    loss = WeinceLoss(fresh_minilm, temperature=0.1, config=WeinceConfig(gate="rho", beta=2.0))
+    config = loss.get_config_dict()
+    assert config["temperature"] == 0.1 and config["gate"] == "rho" and config["beta"] == 2.0
+    assert "2606.00262" in loss.citation
+    assert "Example" in WeinceLoss.__init__.__doc__ and "Inputs" in WeinceLoss.__init__.__doc__
+    assert InfoNCELoss(fresh_minilm).get_config_dict() == {"temperature": 0.05, "gather_across_devices": False}
+
+
+def test_bad_arguments(fresh_minilm):
+    with pytest.raises(ValueError, match="temperature"):
+        WeinceLoss(fresh_minilm, temperature=0)
+    with pytest.raises(TypeError, match="WeinceConfig"):
+        WeinceLoss(fresh_minilm, config={"gate": "both"})
+    loss = WeinceLoss(fresh_minilm)
+    with pytest.raises(ValueError, match="at least 2 anchors"):
+        loss([_features(fresh_minilm, ["only one sentence"])], None)
+    with pytest.raises(ValueError, match="at least one text column"):
+        loss([], None)
+
+
+def test_non_finite_embeddings_reported_when_diagnostics_are_read(fresh_minilm):
+    loss = WeinceLoss(fresh_minilm)
+    anchors = torch.randn(4, 8)
+    anchors[2] = float("nan")
+    with pytest.raises(ValueError, match=r"anchors rows \[2\]"):
+        loss.compute_loss_from_embeddings([anchors, torch.randn(4, 8)])

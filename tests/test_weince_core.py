@@ -1,0 +1,300 @@
+"""Invariants, gradients, numerics and input validation of the functional core."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_loss
+from simcse_weince.weince import cosine_similarity_matrix
+
+
+def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    anchors = torch.randn(n, d, generator=generator, dtype=dtype)
+    candidates = anchors + 0.3 * torch.randn(n + m, d, generator=generator, dtype=dtype)[: n + m] if m == 0 else None
+    if candidates is None:
+        candidates = torch.cat([anchors + 0.3 * torch.randn(n, d, generator=generator, dtype=dtype),
+                                torch.randn(m, d, generator=generator, dtype=dtype)])
+    return anchors, candidates
+
+
+@pytest.mark.parametrize("geometry", ["simcse", "simclr"])
+def test_zero_mixing_weight_is_infonce(geometry):
+    anchors, candidates = _views(40, 16)
+    anchors.requires_grad_(True)
+    forced, stats = weince_loss(
+        anchors, candidates, temperature=0.1, geometry=geometry, mixing_weight=0.0, return_stats=True
+    )
+    (grad_forced,) = torch.autograd.grad(forced, anchors)
+    plain = infonce_loss(anchors, candidates, temperature=0.1, geometry=geometry)
+    (grad_plain,) = torch.autograd.grad(plain, anchors)
+    torch.testing.assert_close(forced, plain, rtol=0, atol=1e-12)
+    torch.testing.assert_close(grad_forced, grad_plain, rtol=0, atol=1e-12)
+    assert stats["mixing_weight"].abs().max() == 0
+    assert stats["rho"].shape == (anchors.shape[0] * (2 if geometry == "simclr" else 1),)
+
+
+def test_zero_mixing_weight_equals_sentence_transformers_mnrl(minilm):
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    anchors, candidates = _views(32, 64, m=32, dtype=torch.float32)
+    temperature = 0.05
+    mnrl = MultipleNegativesRankingLoss(minilm, scale=1 / temperature)
+    expected = mnrl.compute_loss_from_embeddings([anchors, candidates[:32], candidates[32:]], labels=None)
+    forced = weince_loss(anchors, candidates, temperature=temperature, mixing_weight=0.0)
+    plain = infonce_loss(anchors, candidates, temperature=temperature)
+    assert abs(forced.item() - expected.item()) <= 1e-6
+    assert abs(plain.item() - expected.item()) <= 1e-6
+
+
+def test_weince_differs_from_infonce_when_tails_are_weibull():
+    anchors, candidates = _views(64, 32)
+    weince, stats = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
+    assert stats["mixing_weight"].max() > 0.1
+    assert not torch.isclose(weince, infonce_loss(anchors, candidates, temperature=0.05))
+
+
+@pytest.mark.parametrize("geometry", ["simcse", "simclr"])
+def test_permutation_equivariance(geometry):
+    """Permuting the items permutes the per-anchor statistics and leaves the loss unchanged."""
+    anchors, candidates = _views(48, 16, seed=3)
+    permutation = torch.randperm(48, generator=torch.Generator().manual_seed(1))
+    loss, stats = weince_loss(anchors, candidates, temperature=0.1, geometry=geometry, return_stats=True)
+    loss_p, stats_p = weince_loss(
+        anchors[permutation], candidates[permutation], temperature=0.1, geometry=geometry, return_stats=True
+    )
+    torch.testing.assert_close(loss, loss_p, rtol=0, atol=1e-12)
+    index = permutation if geometry == "simcse" else torch.cat([permutation, permutation + 48])
+    for key in ("mixing_weight", "delta_aic", "rho", "beta_hat"):
+        torch.testing.assert_close(stats[key][index], stats_p[key], rtol=0, atol=1e-10)
+    torch.testing.assert_close(stats["rho0"], stats_p["rho0"])
+
+
+@pytest.mark.parametrize("geometry", ["simcse", "simclr"])
+def test_gradient_matches_finite_differences(geometry):
+    anchors, candidates = _views(6, 5, seed=2)
+    anchors.requires_grad_(True)
+    candidates.requires_grad_(True)
+    config = WeinceConfig(min_tail_points=4, beta=1.5)  # a fixed beta: only lambda is a statistic
+
+    # The statistics are stop-gradient: freeze lambda at the evaluation point (gradcheck perturbs in place).
+    _, stats = weince_loss(anchors.detach().clone(), candidates.detach().clone(), temperature=0.2, config=config,
+                           geometry=geometry, return_stats=True)
+    frozen_weight = stats["mixing_weight"].clone()
+    assert frozen_weight.max() > 0.05  # the shortfall term is really exercised
+
+    def loss_fn(a, c):
+        return weince_loss(a, c, temperature=0.2, config=config, geometry=geometry, mixing_weight=frozen_weight)
+
+    assert torch.autograd.gradcheck(loss_fn, (anchors, candidates), eps=1e-6, atol=1e-6)
+
+
+def test_statistics_carry_no_gradient():
+    anchors, candidates = _views(32, 16)
+    anchors.requires_grad_(True)
+    _, stats = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
+    for key in ("mixing_weight", "delta_aic", "rho", "beta_hat", "beta", "rho0", "logits"):
+        assert not stats[key].requires_grad, key
+
+
+def test_extra_negatives_are_candidates_for_every_anchor():
+    anchors, candidates = _views(16, 16, m=16)
+    _, stats = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
+    assert stats["logits"].shape == (16, 32)
+    hard = candidates[16:].clone()
+    hard[0] = anchors[0] * 3  # a hard negative identical in direction to anchor 0
+    _, stats_hard = weince_loss(anchors, torch.cat([candidates[:16], hard]), temperature=0.05, return_stats=True)
+    assert stats_hard["rho"][0] == pytest.approx(1e-6)  # floored at eps, not 0
+
+
+def test_beta_modes():
+    anchors, candidates = _views(64, 16)
+    _, estimated = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
+    assert torch.equal(estimated["beta"], estimated["beta_hat"].clamp(0.5, 16.0))
+    _, fixed = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(beta=2.5), return_stats=True)
+    assert torch.all(fixed["beta"] == 2.5)
+    assert WeinceConfig.reference().beta == 1.0
+
+
+def test_gates():
+    anchors, candidates = _views(64, 16)
+    weights = {}
+    for gate in ("both", "rho", "aic"):
+        _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate),
+                               return_stats=True)
+        weights[gate] = stats["mixing_weight"]
+    torch.testing.assert_close(weights["both"], weights["rho"] * weights["aic"])
+
+
+def test_tail_statistics_follow_the_spec_by_hand():
+    """One anchor, 12 negatives: tail size max(10, ...) = 12, burn-in 1, 11 regression points."""
+    negatives = torch.linspace(0.2, 0.95, 12, dtype=torch.float64)[None].flip(1)
+    stats = tail_statistics(negatives, WeinceConfig())
+    shortfalls = (1 - negatives[0]).clamp_min(1e-6)  # ascending, r = 1..12
+    x = shortfalls[1:].log()
+    ranks = torch.arange(2, 13, dtype=torch.float64)
+    y_weibull = (ranks / 13).log()
+    slope = ((x - x.mean()) * (y_weibull - y_weibull.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    assert stats.rho.item() == pytest.approx(0.05)
+    assert stats.beta_hat.item() == pytest.approx(max(slope.item(), 0.0), abs=1e-12)
+    assert stats.tail_points.item() == 11
+
+
+def test_padding_is_excluded_from_the_tail():
+    generator = torch.Generator().manual_seed(0)
+    sims = torch.rand(4, 60, generator=generator, dtype=torch.float64) * 1.6 - 0.8
+    padded = torch.cat([sims, torch.full((4, 20), float("-inf"), dtype=torch.float64)], dim=1)
+    padded[1, 40:60] = float("-inf")  # anchor 1 has only 40 valid negatives
+    full = tail_statistics(sims)
+    masked = tail_statistics(padded)
+    for key in ("rho", "delta_aic", "beta_hat"):
+        torch.testing.assert_close(getattr(masked, key)[[0, 2, 3]], getattr(full, key)[[0, 2, 3]])
+    only_40 = tail_statistics(sims[1:2, :40])
+    torch.testing.assert_close(masked.delta_aic[1:2], only_40.delta_aic)
+
+
+def test_degenerate_tail_falls_back_to_median():
+    anchors, candidates = _views(2, 8)  # simclr with N = 2: 2 negatives per anchor, no regression possible
+    loss, stats = weince_loss(anchors, candidates, temperature=0.5, geometry="simclr", return_stats=True)
+    assert torch.isfinite(loss)
+    assert torch.all(stats["delta_aic"] == 0) and torch.all(stats["beta_hat"] == 0)
+    assert stats["rho0"] == stats["rho"].sort().values[1]  # lower median of 4 values
+    weight, rho0 = mixing_weights(tail_statistics(torch.rand(3, 2, dtype=torch.float64)))
+    assert weight.shape == (3,)
+
+
+# --------------------------------------------------------------------------------- numerics (property tests)
+
+
+@st.composite
+def _awkward_batches(draw):
+    n = draw(st.integers(2, 12))
+    d = draw(st.integers(1, 8))
+    seed = draw(st.integers(0, 2**16))
+    generator = torch.Generator().manual_seed(seed)
+    anchors = torch.randn(n, d, generator=generator)
+    kind = draw(st.sampled_from(["duplicates", "identical", "zeros", "scaled", "random"]))
+    if kind == "duplicates":
+        anchors[n // 2:] = anchors[: n - n // 2].clone()
+    elif kind == "identical":
+        anchors[:] = anchors[0]
+    elif kind == "zeros":
+        anchors[draw(st.integers(0, n - 1))] = 0
+    elif kind == "scaled":
+        anchors = anchors * draw(st.sampled_from([1e-3, 1e3]))
+    candidates = anchors.clone() if draw(st.booleans()) else anchors + 0.01 * torch.randn(n, d, generator=generator)
+    if kind == "zeros" and draw(st.booleans()):
+        candidates[0] = 0
+    dtype = draw(st.sampled_from([torch.float32, torch.float16, torch.bfloat16, torch.float64]))
+    geometry = draw(st.sampled_from(["simcse", "simclr"]))
+    gate = draw(st.sampled_from(["both", "rho", "aic"]))
+    beta = draw(st.sampled_from(["estimated", 1.0]))
+    return anchors.to(dtype), candidates.to(dtype), geometry, WeinceConfig(gate=gate, beta=beta)
+
+
+@settings(max_examples=120, deadline=None)
+@given(_awkward_batches())
+def test_loss_and_gradients_stay_finite(batch):
+    anchors, candidates, geometry, config = batch
+    anchors.requires_grad_(True)
+    candidates.requires_grad_(True)
+    loss, stats = weince_loss(anchors, candidates, temperature=0.05, config=config, geometry=geometry,
+                              return_stats=True)
+    loss.backward()
+    assert loss.dtype in (torch.float32, torch.float64)
+    assert torch.isfinite(loss)
+    assert torch.isfinite(anchors.grad).all() and torch.isfinite(candidates.grad).all()
+    for key in ("mixing_weight", "delta_aic", "rho", "beta_hat", "beta"):
+        assert torch.isfinite(stats[key]).all(), key
+    assert ((stats["mixing_weight"] >= 0) & (stats["mixing_weight"] <= 1)).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_and_autocast_use_float32(dtype):
+    anchors, candidates = _views(32, 16, dtype=torch.float32)
+    reference = weince_loss(anchors, candidates, temperature=0.05)
+    half_anchors = anchors.to(dtype).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = weince_loss(half_anchors, candidates.to(dtype), temperature=0.05)
+    loss.backward()
+    assert loss.dtype == torch.float32
+    assert half_anchors.grad.dtype == dtype and torch.isfinite(half_anchors.grad).all()
+    # Only the rounding of the inputs differs: the computation itself ran in float32.
+    assert abs(loss.item() - reference.item()) < 0.05 * abs(reference.item()) + 0.05
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert cosine_similarity_matrix(anchors, candidates).dtype == torch.float32
+
+
+def test_duplicate_sentences_in_a_batch_are_finite():
+    anchors, candidates = _views(16, 8, dtype=torch.float32)
+    anchors[1] = anchors[0]
+    candidates[1] = candidates[0] = anchors[0]
+    anchors.requires_grad_(True)
+    loss, stats = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(anchors.grad).all()
+    assert stats["rho"][0] == pytest.approx(1e-6)
+    assert stats["logits"].max() < 1 / 0.05 + 14.0  # -log(eps) ~ 13.8 bounds the shortfall logit
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(4, 6)), ValueError, "same embedding dimension"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(3, 8)), ValueError, "at least as many candidates"),
+        (dict(anchors=torch.randn(1, 8), candidates=torch.randn(3, 8)), ValueError, "at least 2 anchors"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(4, 8), temperature=0.0), ValueError, "temperature"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(4, 8), temperature=-1), ValueError, "temperature"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(4, 8), geometry="moco"), ValueError, "geometry"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(6, 8), geometry="simclr"), ValueError, "two views"),
+        (dict(anchors=torch.randn(4), candidates=torch.randn(4, 8)), ValueError, "2-D"),
+        (dict(anchors=torch.randn(4, 8).numpy(), candidates=torch.randn(4, 8)), TypeError, "torch.Tensor"),
+        (dict(anchors=torch.ones(4, 8, dtype=torch.long), candidates=torch.randn(4, 8)), TypeError, "floating"),
+        (dict(anchors=torch.randn(4, 8), candidates=torch.randn(4, 8), temperature="0.05"), TypeError, "temperature"),
+    ],
+)
+def test_bad_inputs_are_rejected_clearly(kwargs, error, message):
+    kwargs.setdefault("temperature", 0.05)
+    with pytest.raises(error, match=message):
+        weince_loss(**kwargs)
+    if "geometry" not in kwargs or kwargs["geometry"] != "moco":
+        with pytest.raises(error, match=message):
+            infonce_loss(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(gate="max"), "unknown gate"),
+        (dict(beta=0.0), "beta must be > 0"),
+        (dict(beta=-2), "beta must be > 0"),
+        (dict(beta="fitted"), "beta must be 'estimated'"),
+        (dict(quantile=1.5), "quantile"),
+        (dict(eps=0), "eps"),
+    ],
+)
+def test_bad_config_is_rejected_clearly(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WeinceConfig(**kwargs)
+
+
+def test_config_must_be_a_weince_config():
+    with pytest.raises(TypeError, match="WeinceConfig"):
+        weince_loss(torch.randn(4, 8), torch.randn(4, 8), temperature=0.05, config={"quantile": 0.2})
+
+
+@pytest.mark.parametrize("loss_fn", [weince_loss, infonce_loss])
+def test_non_finite_embeddings_are_named(loss_fn):
+    anchors, candidates = torch.randn(8, 4), torch.randn(8, 4)
+    candidates[3, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"candidates rows \[3\]"):
+        loss_fn(anchors, candidates, temperature=0.05)
+    anchors[5, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"anchors rows \[5\]"):
+        loss_fn(anchors, candidates, temperature=0.05)
