@@ -1,4 +1,4 @@
-"""sentence-transformers losses around the functional core: :class:`WeinceLoss` and its baseline :class:`InfoNCELoss`."""
+"""sentence-transformers losses around the functional core: `WeinceLoss` and its baseline `InfoNCELoss`."""
 
 from __future__ import annotations
 

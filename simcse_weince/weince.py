@@ -96,7 +96,7 @@ class WeinceConfig:
                 raise ValueError(f"{name} must be finite")
 
     @classmethod
-    def reference(cls, **overrides) -> "WeinceConfig":
+    def reference(cls, **overrides) -> WeinceConfig:
         """The authors' released ``tlambda_select`` path: a fixed shortfall exponent beta = 1."""
         return cls(**{"beta": 1.0, **overrides})
 

@@ -41,8 +41,12 @@ def _worker(rank, port, results):
         loss_module = WeinceLoss(model=torch.nn.Identity(), gather_across_devices=True, config=WeinceConfig())
         loss = loss_module.compute_loss_from_embeddings([local_anchors, local_positives])
         loss.backward()
-        results[rank] = (loss.item(), local_anchors.grad / WORLD_SIZE, local_positives.grad / WORLD_SIZE,
-                         loss_module.last_diagnostics)
+        results[rank] = (
+            loss.item(),
+            local_anchors.grad / WORLD_SIZE,
+            local_positives.grad / WORLD_SIZE,
+            loss_module.last_diagnostics,
+        )
     finally:
         dist.destroy_process_group()
 

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from datasets import Dataset
-from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
 from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.losses import DIAGNOSTIC_KEYS
@@ -41,8 +41,16 @@ def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
 
     before = _parameters(fresh_minilm)
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=1, learning_rate=3e-5,
-        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, dataloader_drop_last=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        num_train_epochs=1,
+        learning_rate=3e-5,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        dataloader_drop_last=True,
     )
     trainer = SentenceTransformerTrainer(
         model=fresh_minilm, args=args, train_dataset=dataset, loss=loss, callbacks=[Record()]
@@ -83,8 +91,9 @@ def test_dropout_positives_differ_but_pairs_are_the_same_text(fresh_minilm, wiki
     assert torch.isfinite(value)
     fresh_minilm.eval()  # without dropout the two views coincide: every positive sits at cosine 1
     with torch.no_grad():
-        anchors, positives = (fresh_minilm(_features(fresh_minilm, wiki_sentences[:8]))["sentence_embedding"]
-                              for _ in range(2))
+        anchors, positives = (
+            fresh_minilm(_features(fresh_minilm, wiki_sentences[:8]))["sentence_embedding"] for _ in range(2)
+        )
     torch.testing.assert_close(anchors, positives)
 
 
@@ -92,7 +101,7 @@ def test_infonce_loss_equals_mnrl_on_pairs_and_triplets(fresh_minilm, wiki_sente
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     fresh_minilm.eval()  # deterministic embeddings, so both losses see the same ones
-    columns = [_features(fresh_minilm, wiki_sentences[i * 8:(i + 1) * 8]) for i in range(3)]
+    columns = [_features(fresh_minilm, wiki_sentences[i * 8 : (i + 1) * 8]) for i in range(3)]
     mnrl = MultipleNegativesRankingLoss(fresh_minilm, scale=20.0)
     for n_columns in (2, 3):
         with torch.no_grad():

@@ -12,13 +12,12 @@ from simcse_weince.weince import cosine_similarity_matrix
 
 
 def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
+    """n anchors, their noisy positives, then m unrelated extra negatives."""
     generator = torch.Generator().manual_seed(seed)
     anchors = torch.randn(n, d, generator=generator, dtype=dtype)
-    candidates = anchors + 0.3 * torch.randn(n + m, d, generator=generator, dtype=dtype)[: n + m] if m == 0 else None
-    if candidates is None:
-        candidates = torch.cat([anchors + 0.3 * torch.randn(n, d, generator=generator, dtype=dtype),
-                                torch.randn(m, d, generator=generator, dtype=dtype)])
-    return anchors, candidates
+    positives = anchors + 0.3 * torch.randn(n, d, generator=generator, dtype=dtype)
+    extra_negatives = torch.randn(m, d, generator=generator, dtype=dtype)
+    return anchors, torch.cat([positives, extra_negatives])
 
 
 @pytest.mark.parametrize("geometry", ["simcse", "simclr"])
@@ -81,8 +80,14 @@ def test_gradient_matches_finite_differences(geometry):
     config = WeinceConfig(min_tail_points=4, beta=1.5)  # a fixed beta: only lambda is a statistic
 
     # The statistics are stop-gradient: freeze lambda at the evaluation point (gradcheck perturbs in place).
-    _, stats = weince_loss(anchors.detach().clone(), candidates.detach().clone(), temperature=0.2, config=config,
-                           geometry=geometry, return_stats=True)
+    _, stats = weince_loss(
+        anchors.detach().clone(),
+        candidates.detach().clone(),
+        temperature=0.2,
+        config=config,
+        geometry=geometry,
+        return_stats=True,
+    )
     frozen_weight = stats["mixing_weight"].clone()
     assert frozen_weight.max() > 0.05  # the shortfall term is really exercised
 
@@ -123,8 +128,7 @@ def test_gates():
     anchors, candidates = _views(64, 16)
     weights = {}
     for gate in ("both", "rho", "aic"):
-        _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate),
-                               return_stats=True)
+        _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate), return_stats=True)
         weights[gate] = stats["mixing_weight"]
     torch.testing.assert_close(weights["both"], weights["rho"] * weights["aic"])
 
@@ -178,7 +182,7 @@ def _awkward_batches(draw):
     anchors = torch.randn(n, d, generator=generator)
     kind = draw(st.sampled_from(["duplicates", "identical", "zeros", "scaled", "random"]))
     if kind == "duplicates":
-        anchors[n // 2:] = anchors[: n - n // 2].clone()
+        anchors[n // 2 :] = anchors[: n - n // 2].clone()
     elif kind == "identical":
         anchors[:] = anchors[0]
     elif kind == "zeros":
@@ -201,8 +205,9 @@ def test_loss_and_gradients_stay_finite(batch):
     anchors, candidates, geometry, config = batch
     anchors.requires_grad_(True)
     candidates.requires_grad_(True)
-    loss, stats = weince_loss(anchors, candidates, temperature=0.05, config=config, geometry=geometry,
-                              return_stats=True)
+    loss, stats = weince_loss(
+        anchors, candidates, temperature=0.05, config=config, geometry=geometry, return_stats=True
+    )
     loss.backward()
     assert loss.dtype in (torch.float32, torch.float64)
     assert torch.isfinite(loss)
