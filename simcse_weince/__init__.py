@@ -4,35 +4,34 @@ The loss core is :mod:`simcse_weince.weince` (pure torch); :class:`WeinceLoss` p
 sentence-transformers. See the README for the trainer, evaluators, diagnostics and the vision adapter.
 """
 
-from simcse_weince.weince import (
-    TailStatistics,
-    WeinceConfig,
-    infonce_loss,
-    mixing_weights,
-    tail_statistics,
-    weince_logits,
-    weince_loss,
-)
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "WeinceConfig",
-    "TailStatistics",
-    "weince_loss",
-    "infonce_loss",
-    "tail_statistics",
-    "mixing_weights",
-    "weince_logits",
-    "WeinceLoss",
-    "InfoNCELoss",
-]
+# Names are resolved on first use, so that `simcse-weince --help` does not wait for torch to import.
+_EXPORTS = {
+    "WeinceConfig": "weince",
+    "TailStatistics": "weince",
+    "weince_loss": "weince",
+    "infonce_loss": "weince",
+    "tail_statistics": "weince",
+    "mixing_weights": "weince",
+    "summarize_statistics": "weince",
+    "weince_logits": "weince",
+    "WeinceLoss": "losses",
+    "InfoNCELoss": "losses",
+}
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name):
-    # The sentence-transformers adapter is imported lazily: `import simcse_weince` stays light.
-    if name in ("WeinceLoss", "InfoNCELoss"):
-        from simcse_weince import losses
-
-        return getattr(losses, name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"simcse_weince.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'simcse_weince' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])

@@ -9,7 +9,14 @@ import torch
 from torch import Tensor, nn
 
 from simcse_weince.distributed import gather_with_grad
-from simcse_weince.weince import WeinceConfig, infonce_loss, raise_non_finite, weince_loss
+from simcse_weince.weince import (  # noqa: F401  (DIAGNOSTIC_KEYS: re-exported for the adapters)
+    DIAGNOSTIC_KEYS,
+    WeinceConfig,
+    infonce_loss,
+    raise_non_finite,
+    summarize_statistics,
+    weince_loss,
+)
 
 try:  # sentence-transformers >= 6: one merged forward pass for columns that preprocess alike
     from sentence_transformers.base.losses.merged_forward import embed_columns as _embed_columns
@@ -35,21 +42,6 @@ SIMCSE_CITATION = """
     year={2021},
 }
 """
-
-DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
-
-
-def summarize_statistics(stats: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The per-step diagnostics of spec section 5 as 0-d tensors (no device synchronisation yet)."""
-    weight = stats["mixing_weight"]
-    return {
-        "lambda_mean": weight.mean(),
-        "lambda_above_half": (weight > 0.5).float().mean(),
-        "rho0": stats["rho0"],
-        "delta_aic_mean": stats["delta_aic"].mean(),
-        "beta_hat_mean": stats["beta_hat"].mean(),
-    }
-
 
 def _embed(model: nn.Module, sentence_features: list[dict[str, Tensor]]) -> list[Tensor]:
     """Embed every column; one column means unsupervised SimCSE: the same text twice, two dropout masks."""

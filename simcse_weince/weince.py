@@ -32,6 +32,7 @@ __all__ = [
     "cosine_similarity_matrix",
     "tail_statistics",
     "mixing_weights",
+    "summarize_statistics",
     "weince_logits",
     "GEOMETRIES",
     "GATES",
@@ -383,6 +384,22 @@ def weince_logits(similarities, mixing_weight, beta, temperature: float, eps: fl
     infonce_scale = ((1 - mixing_weight) / temperature)[:, None]
     shortfall_scale = (-mixing_weight * beta)[:, None]
     return torch.addcmul(similarities * infonce_scale, shortfall_scale, log_shortfall)
+
+
+DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
+
+
+def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The per-step diagnostics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
+    share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
+    weight = stats["mixing_weight"]
+    return {
+        "lambda_mean": weight.mean(),
+        "lambda_above_half": (weight > 0.5).float().mean(),
+        "rho0": stats["rho0"],
+        "delta_aic_mean": stats["delta_aic"].mean(),
+        "beta_hat_mean": stats["beta_hat"].mean(),
+    }
 
 
 # ------------------------------------------------------------------------------------------ the losses

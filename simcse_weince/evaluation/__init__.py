@@ -1,0 +1,50 @@
+"""STS evaluation: STS-B and the SentEval 7-task suite (SimCSE's table), as a library, a sentence-transformers
+evaluator, an 🤗 evaluate metric and the ``simcse-weince evaluate`` command.
+
+* data: :func:`load_stsb` (original STS Benchmark), :func:`load_sts_task` (SentEval layout), :class:`STSData`
+* encoders: :func:`as_encoder` (SentenceTransformer, callable, path, (hf_model, tokenizer); SimCSE poolers)
+* numbers: :func:`stsb_spearman` (raw STS-B, x100), :func:`evaluate_sts` (7 tasks + avg, x100),
+  :func:`format_sts_table`
+* training: :class:`STSEvaluator` (sentence-transformers ``SentenceEvaluator``)
+* 🤗 evaluate: ``evaluate.load(METRIC_PATH)``
+
+Names are imported lazily so that ``import simcse_weince.evaluation`` (and the CLI's ``--help``) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "STSData": "data",
+    "load_stsb": "data",
+    "load_sts_task": "data",
+    "download_senteval": "data",
+    "STS_TASKS": "data",
+    "correlations": "scoring",
+    "sts_correlations": "scoring",
+    "AGGREGATIONS": "scoring",
+    "as_encoder": "encoders",
+    "HFEncoder": "encoders",
+    "SentenceTransformerEncoder": "encoders",
+    "POOLERS": "encoders",
+    "stsb_spearman": "suite",
+    "evaluate_sts": "suite",
+    "format_sts_table": "suite",
+    "STSEvaluator": "evaluator",
+    "SimCSESTSEvaluator": "evaluator",
+    "METRIC_PATH": "metric",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"simcse_weince.evaluation.{_EXPORTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module 'simcse_weince.evaluation' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])

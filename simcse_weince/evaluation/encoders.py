@@ -1,0 +1,261 @@
+"""Encoders for STS evaluation: one callable ``list[str] -> embeddings`` from whatever the user has.
+
+:func:`as_encoder` accepts
+
+* a ``SentenceTransformer`` (its own modules and pooling; with ``pooler=`` its underlying Hugging Face model is
+  pooled SimCSE's way instead),
+* any callable ``list[str] -> torch.Tensor | np.ndarray``,
+* a string: a SentenceTransformer folder/name, or — when ``pooler`` is given — a raw Hugging Face encoder
+  loaded with ``AutoModel`` / ``AutoTokenizer``,
+* a ``(model, tokenizer)`` pair of a Hugging Face encoder (pooler default ``"cls"``, SimCSE's default).
+
+The raw-encoder path reproduces the ``batcher`` of SimCSE's ``evaluation.py``: the tokenizer pads each batch to
+its longest sentence and does NOT truncate unless ``max_length`` is given; the poolers are SimCSE's
+(:data:`POOLERS`). Batches are formed from length-sorted sentences (less padding; the order does not change any
+score), run under ``torch.inference_mode`` with the model in eval mode (its previous mode is restored).
+
+Example::
+
+    from simcse_weince.evaluation import as_encoder
+
+    encode = as_encoder("princeton-nlp/unsup-simcse-bert-base-uncased", pooler="cls_before_pooler")
+    embeddings = encode(["a man is playing a guitar .", "a woman is slicing an onion ."])  # (2, 768)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# SimCSE's --pooler choices (evaluation.py):
+#   cls               pooler_output: [CLS] after BERT's dense+tanh pooler layer
+#   cls_before_pooler last_hidden_state[:, 0]
+#   avg               mean of the last layer over non-padding tokens
+#   avg_first_last    mean of (first transformer layer + last layer) / 2; "first" is hidden_states[1] (the first
+#                     transformer layer's output, as in BERT-whitening), not hidden_states[0] (the embeddings)
+#   avg_top2          mean of (last two layers) / 2
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+
+Encoder = Callable[[list[str]], Any]
+
+
+def default_device() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _length_sorted_batches(sentences: Sequence[str], batch_size: int) -> list[list[int]]:
+    # Longest first, as sentence-transformers does: similar lengths share a batch, so little padding.
+    order = sorted(range(len(sentences)), key=lambda index: -len(sentences[index]))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+class HFEncoder:
+    """A raw Hugging Face encoder pooled SimCSE's way.
+
+    Args:
+        model: a ``transformers`` encoder (e.g. ``BertModel``); hidden states are requested per call.
+        tokenizer: its tokenizer.
+        pooler: one of :data:`POOLERS`.
+        batch_size: sentences per forward pass.
+        max_length: truncate to this many tokens (``None``: no truncation, as SimCSE's SentEval evaluation).
+        device: where to run (default: where the model already is; models loaded from a path by
+            :func:`as_encoder` go to CUDA/MPS when available).
+        show_progress_bar: a tqdm bar over batches.
+
+    Calling it with ``list[str]`` returns a float32 CPU tensor ``(len(sentences), hidden)`` in input order.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        pooler: str = "cls",
+        batch_size: int = 64,
+        max_length: int | None = None,
+        device: str | None = None,
+        show_progress_bar: bool = True,
+    ):
+        if pooler not in POOLERS:
+            raise ValueError(f"unknown pooler {pooler!r}; choose from {', '.join(POOLERS)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pooler = pooler
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device or _device_of(model)
+        self.show_progress_bar = show_progress_bar
+
+    def __call__(self, sentences: list[str]):
+        import torch
+        from tqdm.auto import tqdm
+
+        sentences = list(sentences)
+        hidden = self.model.config.hidden_size
+        embeddings = torch.zeros(len(sentences), hidden, dtype=torch.float32)
+        was_training = self.model.training
+        self.model.to(self.device)
+        self.model.eval()
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        try:
+            batches = _length_sorted_batches(sentences, self.batch_size)
+            with torch.inference_mode():
+                for indices in tqdm(batches, desc="Encoding", disable=not self.show_progress_bar, leave=False):
+                    batch = self.tokenizer(
+                        [sentences[index] for index in indices],
+                        padding=True,
+                        truncation=self.max_length is not None,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
+                    if self.max_length is None and limit and batch["input_ids"].shape[1] > limit:
+                        raise ValueError(
+                            f"a sentence has {batch['input_ids'].shape[1]} tokens, more than the model's "
+                            f"{limit} positions; pass max_length to truncate"
+                        )
+                    batch = {key: value.to(self.device) for key, value in batch.items()}
+                    pooled = self._pool(batch)
+                    embeddings[indices] = pooled.float().cpu()
+        finally:
+            self.model.train(was_training)
+        return embeddings
+
+    def _pool(self, batch):
+        outputs = self.model(**batch, output_hidden_states=True, return_dict=True)
+        mask = batch["attention_mask"].unsqueeze(-1).to(outputs.last_hidden_state.dtype)
+        if self.pooler == "cls":
+            if getattr(outputs, "pooler_output", None) is None:
+                raise ValueError("pooler='cls' needs a model with a pooler layer; use 'cls_before_pooler'")
+            return outputs.pooler_output
+        if self.pooler == "cls_before_pooler":
+            return outputs.last_hidden_state[:, 0]
+        if self.pooler == "avg":
+            layer = outputs.last_hidden_state
+        elif self.pooler == "avg_first_last":
+            layer = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2.0
+        else:  # avg_top2
+            layer = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2.0
+        # SimCSE: (h * mask).sum(1) / mask.sum(-1)
+        return (layer * mask).sum(1) / mask.sum(1)
+
+
+class SentenceTransformerEncoder:
+    """``SentenceTransformer.encode`` as a callable returning a float32 CPU tensor (sorted batching built in)."""
+
+    def __init__(
+        self,
+        model,
+        batch_size: int = 64,
+        max_length: int | None = None,
+        device: str | None = None,
+        show_progress_bar: bool = True,
+    ):
+        self.model = model
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.device = device
+        self.show_progress_bar = show_progress_bar
+
+    def __call__(self, sentences: list[str]):
+        previous_max_length = self.model.max_seq_length
+        if self.max_length is not None:
+            self.model.max_seq_length = self.max_length
+        try:
+            embeddings = self.model.encode(
+                list(sentences),
+                batch_size=self.batch_size,
+                show_progress_bar=self.show_progress_bar,
+                convert_to_tensor=True,
+                device=self.device,
+            )
+        finally:
+            if self.max_length is not None:
+                self.model.max_seq_length = previous_max_length
+        return embeddings.float().cpu()
+
+
+def _device_of(model) -> str:
+    parameter = next(iter(model.parameters()), None)
+    return str(parameter.device) if parameter is not None else default_device()
+
+
+def _is_sentence_transformer(model) -> bool:
+    # No SentenceTransformer can exist unless its package was imported: skip the (slow) import for callables.
+    package = sys.modules.get("sentence_transformers")
+    return package is not None and isinstance(model, package.SentenceTransformer)
+
+
+def _hf_parts_of(model):
+    """(Hugging Face model, tokenizer) inside a SentenceTransformer's first (Transformer) module."""
+    first = model[0]
+    hf_model = getattr(first, "auto_model", None) or getattr(first, "model", None)
+    tokenizer = getattr(first, "tokenizer", None)
+    if hf_model is None or tokenizer is None:
+        raise ValueError(
+            f"cannot apply a SimCSE pooler to this SentenceTransformer: its first module "
+            f"{type(first).__name__} has no Hugging Face model/tokenizer"
+        )
+    return hf_model, tokenizer
+
+
+def as_encoder(
+    model,
+    pooler: str | None = None,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    device: str | None = None,
+    show_progress_bar: bool = True,
+) -> Encoder:
+    """Turn ``model`` into a callable ``list[str] -> embeddings`` (see the module docstring for what it accepts).
+
+    Args:
+        model: SentenceTransformer, callable, path/name string, or ``(hf_model, tokenizer)`` pair.
+        pooler: SimCSE pooler for raw Hugging Face encoders (:data:`POOLERS`); ``None`` keeps a
+            SentenceTransformer's own pooling.
+        batch_size, max_length, device, show_progress_bar: encoding options (ignored for plain callables).
+
+    Raises:
+        ValueError: unknown pooler or unsupported model type.
+    """
+    if pooler is not None and pooler not in POOLERS:
+        raise ValueError(f"unknown pooler {pooler!r}; choose from {', '.join(POOLERS)}")
+    options = dict(batch_size=batch_size, max_length=max_length, device=device, show_progress_bar=show_progress_bar)
+    if isinstance(model, tuple):
+        if len(model) != 2:
+            raise ValueError("a model given as a tuple must be (hf_model, tokenizer)")
+        hf_model, tokenizer = model
+        return HFEncoder(hf_model, tokenizer, pooler=pooler or "cls", **options)
+    if _is_sentence_transformer(model):
+        if pooler is None:
+            return SentenceTransformerEncoder(model, **options)
+        hf_model, tokenizer = _hf_parts_of(model)
+        return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        name = str(model)
+        if pooler is None:
+            from sentence_transformers import SentenceTransformer
+
+            return SentenceTransformerEncoder(SentenceTransformer(name, device=device), **options)
+        from transformers import AutoModel, AutoTokenizer
+
+        options["device"] = device or default_device()
+        return HFEncoder(AutoModel.from_pretrained(name), AutoTokenizer.from_pretrained(name), pooler=pooler, **options)
+    if callable(model) and not _looks_like_hf_model(model):
+        return model
+    raise ValueError(
+        f"cannot encode with a {type(model).__name__}: pass a SentenceTransformer, a callable list[str] -> "
+        "embeddings, a model path/name, or a (hf_model, tokenizer) pair"
+    )
+
+
+def _looks_like_hf_model(model) -> bool:
+    # A bare transformers model is callable but takes token ids, not strings: ask for its tokenizer instead.
+    return hasattr(model, "config") and hasattr(model, "forward") and not hasattr(model, "encode")

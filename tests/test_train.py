@@ -1,0 +1,370 @@
+"""The SimCSE trainer: config and CLI, data order, bad input, and an end-to-end run on a tiny BERT."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from train_helpers import make_tiny_model, write_train_file
+
+from simcse_weince import WeinceConfig, infonce_loss, weince_loss
+from simcse_weince.train import (
+    ContrastiveObjective,
+    StepBatchSampler,
+    TrainConfig,
+    apply_overrides,
+    load_sentences,
+    preset,
+    read_config_file,
+    train,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory, data_dir) -> str:
+    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=400))
+
+
+def tiny_config(model: str, train_file: str, output_dir: Path, **overrides) -> TrainConfig:
+    """20 steps of 16 sentences, STS-B dev every 10 steps, a checkpoint every 5: a few seconds."""
+    settings = {
+        "model": model,
+        "train_file": train_file,
+        "pooler": "cls",
+        "batch_size": 16,
+        "max_steps": 20,
+        "eval_steps": 10,
+        "save_steps": 5,
+        "learning_rate": 1e-3,
+        "final_tasks": ["stsb"],
+        "eval_max_length": 32,
+        "report_to": ["csv"],
+        "output_dir": str(output_dir),
+        **overrides,
+    }
+    return preset("paper", **settings)
+
+
+# --------------------------------------------------------------------------------------------- config
+
+
+def test_presets_hold_the_recipes():
+    paper = preset("paper")
+    assert (paper.model, paper.pooler, paper.loss, paper.temperature) == ("bert-base-uncased", "cls", "weince", 0.05)
+    assert (paper.batch_size, paper.max_length, paper.learning_rate, paper.num_epochs) == (64, 32, 3e-5, 1)
+    assert paper.eval_steps == 125 and paper.final_tasks == (
+        "sts12",
+        "sts13",
+        "sts14",
+        "sts15",
+        "sts16",
+        "stsb",
+        "sickr",
+    )
+    assert paper.weince == WeinceConfig()
+    demo = preset("cpu-demo")
+    assert (demo.model, demo.pooler, demo.train_file) == ("bundled:all-MiniLM-L6-v2", "avg", "wiki1m_head.txt")
+    with pytest.raises(ValueError, match="unknown preset"):
+        preset("laptop")
+
+
+def test_overrides_are_typed_and_reach_every_weince_field(tmp_path):
+    config = apply_overrides(
+        TrainConfig(),
+        {
+            "batch-size": "8",
+            "weince.quantile": "0.3",
+            "gate": "rho",
+            "beta": "1.0",
+            "max_steps": "none",
+            "final_tasks": "stsb,sickr",
+            "cpu": "true",
+        },
+    )
+    assert config.batch_size == 8 and config.max_steps is None and config.cpu is True
+    assert config.final_tasks == ("stsb", "sickr")
+    assert (config.weince.quantile, config.weince.gate, config.weince.beta) == (0.3, "rho", 1.0)
+    assert apply_overrides(config, {"beta": "estimated"}).weince.beta == "estimated"
+    with pytest.raises(ValueError, match="unknown config setting"):
+        apply_overrides(config, {"batch": 3})
+    with pytest.raises(ValueError, match="batch_size must be an integer"):
+        apply_overrides(config, {"batch_size": "many"})
+    with pytest.raises(ValueError, match="batch_size must be >= 2"):
+        apply_overrides(config, {"batch_size": 1})
+    with pytest.raises(ValueError, match="unknown loss"):
+        apply_overrides(config, {"loss": "triplet"})
+    with pytest.raises(ValueError, match="quantile"):
+        apply_overrides(config, {"quantile": 1.5})
+
+
+def test_config_files_yaml_and_json(tmp_path):
+    (tmp_path / "run.yaml").write_text("loss: infonce\ntemperature: 0.1\nweince:\n  kappa_rho: 5\n")
+    (tmp_path / "run.json").write_text(json.dumps({"batch_size": 32, "weince.aic_margin": 6}))
+    config = apply_overrides(TrainConfig(), read_config_file(tmp_path / "run.yaml"))
+    config = apply_overrides(config, read_config_file(tmp_path / "run.json"))
+    assert (config.loss, config.temperature, config.weince.kappa_rho) == ("infonce", 0.1, 5.0)
+    assert (config.batch_size, config.weince.aic_margin) == (32, 6.0)
+    with pytest.raises(FileNotFoundError):
+        read_config_file(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="mapping"):
+        read_config_file(tmp_path / "list.yaml")
+
+
+def test_cli_flags_cover_every_field(tmp_path, capsys):
+    from simcse_weince.cli import build_parser, main
+
+    parser = build_parser()
+    weince_fields = list(WeinceConfig.__dataclass_fields__)
+    values = {
+        "quantile": "0.3",
+        "aic_margin": "6",
+        "kappa_rho": "5",
+        "kappa_aic": "2",
+        "tail_fraction": "0.2",
+        "min_tail_points": "16",
+        "beta": "1.0",
+        "beta_min": "0.25",
+        "beta_max": "8",
+        "gate": "aic",
+        "eps": "1e-5",
+    }
+    assert set(values) == set(weince_fields)
+    argv = ["train", "--preset", "cpu-demo", "--batch-size", "32", "--loss", "infonce", "--max-steps", "7"]
+    for name, value in values.items():  # short and dotted spellings alternate
+        flag = name.replace("_", "-")
+        argv += [f"--weince.{name}" if len(argv) % 4 else f"--{flag}", value]
+    args = parser.parse_args(argv)
+    from simcse_weince.train_cli import build_config
+
+    config = build_config(args)
+    assert config.weince == WeinceConfig(
+        quantile=0.3,
+        aic_margin=6,
+        kappa_rho=5,
+        kappa_aic=2,
+        tail_fraction=0.2,
+        min_tail_points=16,
+        beta=1.0,
+        beta_min=0.25,
+        beta_max=8,
+        gate="aic",
+        eps=1e-5,
+    )
+    assert (config.batch_size, config.loss, config.max_steps, config.pooler) == (32, "infonce", 7, "avg")
+    for name in TrainConfig.__dataclass_fields__:
+        if name != "weince":
+            assert f"--{name.replace('_', '-')}" in parser._subparsers._group_actions[0].choices["train"].format_help()
+
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("temperature: 0.1\nbatch_size: 16\n")
+    assert main(["train", "--config", str(config_file), "--batch-size", "8", "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["temperature"], printed["batch_size"], printed["model"]) == (0.1, 8, "bert-base-uncased")
+    assert main(["train", "--batch-size", "1", "--print-config"]) == 1
+    assert "batch_size must be >= 2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------- data and loss
+
+
+def test_batches_are_a_pure_function_of_the_step():
+    full = list(StepBatchSampler(100, 10, seed=3, start_batch=0, num_batches=25))
+    assert len(full) == 25 and all(len(batch) == 10 for batch in full)
+    assert sorted(i for batch in full[:10] for i in batch) == list(range(100))  # an epoch is a permutation
+    assert full[10:20] != full[:10]  # the next epoch is shuffled again
+    assert list(StepBatchSampler(100, 10, seed=3, start_batch=7, num_batches=25)) == full[7:]  # resume
+    assert list(StepBatchSampler(100, 10, seed=4, start_batch=0, num_batches=25)) != full
+    halves = [list(StepBatchSampler(100, 10, 3, 0, 25, process_index=r, num_processes=2)) for r in (0, 1)]
+    assert [a + b for a, b in zip(*halves)] == full  # processes split each global batch
+    with pytest.raises(ValueError, match="divisible"):
+        StepBatchSampler(100, 10, 3, 0, 25, process_index=0, num_processes=3)
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        StepBatchSampler(5, 10, 3, 0, 1)
+
+
+def test_objective_is_the_core_loss_on_two_views():
+    torch.manual_seed(0)
+    first, second = torch.randn(24, 16), torch.randn(24, 16)
+    loss, stats = ContrastiveObjective("weince", 0.05, WeinceConfig(quantile=0.3))(first, second)
+    expected, full = weince_loss(first, second, temperature=0.05, config=WeinceConfig(quantile=0.3), return_stats=True)
+    assert torch.equal(loss, expected)
+    assert stats["lambda_mean"] == full["mixing_weight"].mean()
+    assert stats["lambda_above_half"] == (full["mixing_weight"] > 0.5).float().mean()
+    assert set(stats) == {"lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean"}
+    loss, stats = ContrastiveObjective("infonce", 0.05)(first, second)
+    assert torch.equal(loss, infonce_loss(first, second, temperature=0.05)) and stats == {}
+
+
+def test_sentences_skip_empty_lines_and_bad_files_are_clear(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("first sentence\n\n   \nsecond sentence\n")
+    sentences, skipped = load_sentences(path)
+    assert sentences["text"] == ["first sentence", "second sentence"] and skipped == 2
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_sentences(tmp_path / "missing.txt")
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        load_sentences(tmp_path / "empty.txt")
+    (tmp_path / "blank.txt").write_text("\n \n\n")
+    with pytest.raises(ValueError, match="no sentences"):
+        load_sentences(tmp_path / "blank.txt")
+
+
+def test_bad_runs_fail_early_with_clear_messages(tmp_path, tiny_model, train_file, capsys):
+    from simcse_weince.cli import main
+
+    def run(*args):
+        code = main(
+            [
+                "train",
+                "--model",
+                tiny_model,
+                "--train-file",
+                train_file,
+                "--batch-size",
+                "16",
+                "--report-to",
+                "csv",
+                *args,
+            ]
+        )
+        return code, capsys.readouterr().err
+
+    code, err = run("--train-file", str(tmp_path / "nope.txt"), "--output-dir", str(tmp_path / "a"))
+    assert code == 1 and "training file not found" in err
+    (tmp_path / "empty.txt").write_text("")
+    code, err = run("--train-file", str(tmp_path / "empty.txt"), "--output-dir", str(tmp_path / "b"))
+    assert code == 1 and "is empty" in err
+    code, err = run("--model", "no-such-org/no-such-model", "--output-dir", str(tmp_path / "c"))
+    assert code == 1 and "cannot load the model 'no-such-org/no-such-model'" in err and "offline" in err
+    code, err = run("--batch-size", "1", "--output-dir", str(tmp_path / "d"))
+    assert code == 1 and "batch_size must be >= 2" in err
+    few = tmp_path / "few.txt"
+    few.write_text("one\ntwo\nthree\n")
+    code, err = run("--train-file", str(few), "--output-dir", str(tmp_path / "e"))
+    assert code == 1 and "fewer than one batch of 16" in err
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    code, err = run("--output-dir", str(foreign))
+    assert code == 1 and "already holds files" in err
+    code, err = run("--output-dir", str(foreign), "--overwrite")
+    assert code == 1 and "not a simcse-weince run" in err
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    code, err = run("--output-dir", str(tmp_path / "f"), "--resume")
+    assert code == 1 and "holds no simcse-weince run" in err
+
+
+# ----------------------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, tiny_model, train_file):
+    """One uninterrupted tiny run (also the reference of the resume test)."""
+    output_dir = tmp_path_factory.mktemp("runs") / "uninterrupted"
+    config = tiny_config(tiny_model, train_file, output_dir)
+    return config, train(config)
+
+
+def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, data_dir):
+    from sentence_transformers import SentenceTransformer
+
+    from simcse_weince.evaluation import stsb_spearman
+
+    config, results = tiny_run
+    output_dir = Path(config.output_dir)
+    on_disk = json.loads((output_dir / "results.json").read_text())
+    for key in (
+        "stsb_dev_spearman",
+        "stsb_test_spearman",
+        "best_step",
+        "config",
+        "lambda_stats",
+        "wall_time_seconds",
+        "train_sentences_per_second",
+        "history",
+    ):
+        assert key in on_disk
+    assert on_disk["total_steps"] == 20 and len(on_disk["history"]) == 20
+    assert [e["step"] for e in on_disk["evaluations"]] == [10, 20]
+    assert on_disk["best_step"] in (10, 20)
+    # during training our own encoder scores dev; at the end the exported folder does (same model, other batching:
+    # a random tiny model's cosines crowd near 1, so float noise in the last digits can swap a few ranks)
+    assert on_disk["best_stsb_dev_spearman_during_training"] == pytest.approx(on_disk["stsb_dev_spearman"], abs=0.1)
+    assert set(on_disk["lambda_stats"]) == {
+        "lambda_mean",
+        "lambda_above_half",
+        "rho0",
+        "delta_aic_mean",
+        "beta_hat_mean",
+    }
+    assert all(0 <= e["lambda_mean"] <= 1 for e in on_disk["history"])
+    assert on_disk["config"]["model"] == config.model and on_disk["config"]["weince"]["quantile"] == 0.2
+    # the folder is a SentenceTransformer with the evaluation pooler (CLS without the MLP head)
+    model = SentenceTransformer(str(output_dir), device="cpu")
+    assert model[1].get_config_dict()["pooling_mode"] == "cls"
+    assert stsb_spearman(model, split="test", data_dir=data_dir) == pytest.approx(
+        results["stsb_test_spearman"], abs=1e-6
+    )
+    # resolved config, trackers, model card
+    assert yaml.safe_load((output_dir / "training_config.yaml").read_text())["batch_size"] == 16
+    with (output_dir / "logs" / "metrics.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["name"] for row in rows} >= {"loss", "lambda_mean", "rho0", "stsb_dev_spearman"}
+    card = (output_dir / "README.md").read_text()
+    assert (
+        "Gao" in card and "2606.00262" in card and "WEINCE" in card and f"{results['stsb_test_spearman']:.2f}" in card
+    )
+    assert "SentenceTransformer(" in card
+    header = yaml.safe_load(card.split("---")[1])
+    assert header["library_name"] == "sentence-transformers" and "model-index" in header
+
+
+def test_a_finished_run_is_not_overwritten_without_the_flag(tiny_run):
+    config, _ = tiny_run
+    with pytest.raises(FileExistsError, match="--resume to continue it, --overwrite"):
+        train(config)
+
+
+def test_push_fails_clearly_offline_without_token_or_model(tmp_path, monkeypatch, capsys):
+    import huggingface_hub
+
+    from simcse_weince.cli import main
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    assert main(["push", str(model_dir), "me/model"]) == 1
+    assert "not a trained model folder" in capsys.readouterr().err
+    (model_dir / "modules.json").write_text("[]")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["push", str(model_dir), "me/model"]) == 1
+    assert "offline" in capsys.readouterr().err
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    assert main(["push", str(model_dir), "me/model"]) == 1
+    assert "no Hugging Face token" in capsys.readouterr().err
+
+
+def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, train_file):
+    config = tiny_config(
+        tiny_model, train_file, tmp_path / "run", loss="infonce", max_steps=3, gradient_accumulation_steps=2,
+        mixed_precision="bf16", eval_steps=0, save_steps=0, final_evaluation=False,
+    )  # fmt: skip
+    results = train(config)
+    assert [entry["learning_rate"] for entry in results["history"]] == pytest.approx([2e-3 / 3, 1e-3 / 3, 0.0])
+    assert results["stsb_test_spearman"] is None and results["lambda_stats"] == {}
+    assert results["train_sentences_per_second"] > 0 and results["best_step"] == 3
+    assert "Not evaluated" in (tmp_path / "run" / "README.md").read_text()
+    assert (tmp_path / "run" / "modules.json").is_file()

@@ -1,0 +1,70 @@
+"""``simcse-weince vision train`` / ``eval`` end to end on real digits, and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("torchvision")
+
+from simcse_weince.cli import main
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_train_then_eval_on_digits(tmp_path, capsys):
+    run = tmp_path / "run"
+    train_args = ["vision", "train", "--dataset", "digits", "--backbone", "resnet18", "--loss", "weince"]
+    train_args += ["--epochs", "1", "--batch-size", "8", "--max-steps", "2", "--output-dir", str(run)]
+    train_args += ["--seed", "3", "--image-size", "16", "--train-size", "64", "--beta", "1.0"]
+    assert main(train_args) == 0
+    assert "trained 2 steps" in capsys.readouterr().out
+    # resuming the finished run from its latest checkpoint is a no-op
+    assert main([*train_args, "--resume"]) == 0
+    # without --resume an existing run is refused with a one-line error
+    assert main(train_args) == 1
+    assert "already holds checkpoints" in capsys.readouterr().err
+
+    eval_args = ["vision", "eval", str(run), "--train-size", "200", "--test-size", "100", "--probe-epochs", "5"]
+    assert main([*eval_args, "--probe-seeds", "0", "1", "--knn-k", "1", "5", "20"]) == 0
+    checkpoint = run / "checkpoints" / "step_000002"
+    results = json.loads((checkpoint / "results.json").read_text())
+    assert results["global_step"] == 2 and (results["num_train"], results["num_test"]) == (200, 100)
+    assert len(results["linear_accuracy"]["values"]) == 2
+    assert results["linear_accuracy"]["ci95_low"] <= results["linear_accuracy"]["mean"]
+    assert set(results["knn_accuracy"]) == set(results["recall_at_k"]) == {"1", "5", "20"}
+    # label recall@k can only grow with k; real digit features are far above chance (10%)
+    recall = results["recall_at_k"]
+    assert recall["1"] <= recall["5"] <= recall["20"] and results["knn_accuracy"]["1"] > 0.5
+    assert results["linear_accuracy"]["mean"] > 0.5
+    table = (checkpoint / "results.md").read_text()
+    assert "| k | kNN accuracy (%) | label recall@k (%) |" in table and table in capsys.readouterr().out
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert main(["vision", "eval", str(tmp_path / "missing")]) == 1
+    assert "no checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["vision", "train", "--output-dir", str(tmp_path), "--dataset", "mnist"])
+    assert main(["vision"]) == 2
+
+
+def test_choices_match_the_registries_and_help_is_light():
+    from simcse_weince.vision import cli
+    from simcse_weince.vision.backbones import BACKBONES
+    from simcse_weince.vision.datasets import DATASETS
+
+    assert cli.DATASET_CHOICES == tuple(DATASETS) and cli.BACKBONE_CHOICES == BACKBONES
+    code = "import sys, simcse_weince.vision.cli; assert 'torchvision' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

