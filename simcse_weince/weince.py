@@ -444,29 +444,37 @@ class _PreciseCosineSimilarity(torch.autograd.Function):
     The tail statistics look at shortfalls 1 - s down to 1e-6, where float32 cosines keep a digit or two; the
     float64 matrix feeds them (no gradient) and, rounded to the compute dtype, the logits. Only the backward
     matmuls carry gradients, so they stay in float32: one float64 matmul replaces the float32 forward matmul
-    instead of adding a second pass.
+    instead of adding a second pass. ``candidates=None`` means the Gram matrix of ``anchors`` (simclr).
     """
 
     @staticmethod
     def forward(ctx, anchors, candidates, compute_dtype):
         with torch.autocast(device_type=anchors.device.type, enabled=False):
             anchor_dirs, anchor_inv_norms = _directions(anchors.detach().double())
-            candidate_dirs, candidate_inv_norms = _directions(candidates.detach().double())
+            if candidates is None:
+                candidate_dirs = anchor_dirs
+            else:
+                candidate_dirs, candidate_inv_norms = _directions(candidates.detach().double())
             precise = anchor_dirs @ candidate_dirs.T
-        ctx.input_dtypes = (anchors.dtype, candidates.dtype)
-        ctx.save_for_backward(
-            anchor_dirs.to(compute_dtype), anchor_inv_norms.to(compute_dtype),
-            candidate_dirs.to(compute_dtype), candidate_inv_norms.to(compute_dtype),
-        )
+        ctx.input_dtypes = (anchors.dtype, None if candidates is None else candidates.dtype)
+        saved = [anchor_dirs.to(compute_dtype), anchor_inv_norms.to(compute_dtype)]
+        if candidates is not None:
+            saved += [candidate_dirs.to(compute_dtype), candidate_inv_norms.to(compute_dtype)]
+        ctx.save_for_backward(*saved)
         ctx.mark_non_differentiable(precise)
         sims = precise.clone() if compute_dtype == torch.float64 else precise.to(compute_dtype)
         return sims, precise
 
     @staticmethod
     def backward(ctx, grad_sims, _grad_precise):
-        anchor_dirs, anchor_inv_norms, candidate_dirs, candidate_inv_norms = ctx.saved_tensors
+        anchor_dirs, anchor_inv_norms, *candidate_saved = ctx.saved_tensors
         with torch.autocast(device_type=grad_sims.device.type, enabled=False):
             grad_sims = grad_sims.to(anchor_dirs.dtype)
+            if not candidate_saved:  # Gram matrix: s_ij depends on row i and row j of the same input
+                grad_dirs = (grad_sims + grad_sims.T) @ anchor_dirs
+                grad = _normalization_backward(grad_dirs, anchor_dirs, anchor_inv_norms)
+                return grad.to(ctx.input_dtypes[0]), None, None
+            candidate_dirs, candidate_inv_norms = candidate_saved
             grad_anchors = _normalization_backward(grad_sims @ candidate_dirs, anchor_dirs, anchor_inv_norms)
             grad_candidates = _normalization_backward(grad_sims.T @ anchor_dirs, candidate_dirs, candidate_inv_norms)
         return grad_anchors.to(ctx.input_dtypes[0]), grad_candidates.to(ctx.input_dtypes[1]), None
@@ -488,14 +496,14 @@ def _precise_similarities(anchors, candidates, geometry):
     """``(sims, precise)``: the similarity matrix with gradient in the compute dtype, and its float64 values."""
     compute_dtype = _statistics_dtype(anchors, candidates)
     if geometry == "simclr":
-        anchors = candidates = torch.cat([anchors, candidates], dim=0)
+        return _PreciseCosineSimilarity.apply(torch.cat([anchors, candidates], dim=0), None, compute_dtype)
     return _PreciseCosineSimilarity.apply(anchors, candidates, compute_dtype)
 
 
 def _batch_statistics(precise_sims, layout: _Layout, config: WeinceConfig) -> TailStatistics:
     """Tail statistics of every anchor's negatives from float64 similarities, without gradient."""
-    with torch.no_grad():
-        negatives = precise_sims.masked_fill(layout.not_negative, float("-inf"))
+    with torch.no_grad():  # in place: the float64 matrix serves nothing else
+        negatives = precise_sims.masked_fill_(layout.not_negative, float("-inf"))
         return tail_statistics(negatives, config, num_negatives=layout.num_negatives)
 
 
