@@ -338,27 +338,32 @@ def _load_senteval_sts(task: str, folder: Path, subsets: list[str]) -> STSData:
     return STSData(sentences1, sentences2, scores, subset_of_pair, name=task)
 
 
-def _load_senteval_stsbenchmark(path: Path) -> STSData:
-    """SimCSE-SentEval's ``STSBenchmarkEval.loadFile``: ``line.strip().split('\\t')``, score col 4, text 5 and 6."""
+def _senteval_tab_pairs(path: Path, lines, first_line_number: int, columns: tuple[int, int, int], expected: str):
+    """SentEval's line loop for STS-B and SICK: ``line.strip().split('\\t')``; ``columns`` = (sentence 1,
+    sentence 2, score). Blank lines are skipped (they would crash SentEval)."""
+    first, second, score = columns
     sentences1, sentences2, scores = [], [], []
-    for line_number, line in enumerate(_read_text(path).split("\n"), start=1):
-        # SentEval iterates the file line by line (only \n / \r\n end a line, unlike str.splitlines()) and
-        # strips each line before splitting on tabs. No header; a blank line would crash SentEval: skip it.
-        text = line.strip()
+    for line_number, line in enumerate(lines, start=first_line_number):
+        text = line.strip()  # also removes the \r of CRLF line ends (SICK_test_annotated.txt)
         if not text:
             continue
-        columns = text.split("\t")
-        if len(columns) < 7:
-            raise ValueError(
-                f"{path}:{line_number}: expected at least 7 tab-separated fields (score in column 4, sentences in "
-                f"columns 5 and 6), got {len(columns)}"
-            )
-        scores.append(_parse_score(columns[4], path, line_number))
-        sentences1.append(_senteval_tokens(columns[5]))
-        sentences2.append(_senteval_tokens(columns[6]))
+        fields = text.split("\t")
+        if len(fields) <= max(columns):
+            raise ValueError(f"{path}:{line_number}: expected {expected}, got {len(fields)} field(s)")
+        scores.append(_parse_score(fields[score], path, line_number))
+        sentences1.append(_senteval_tokens(fields[first]))
+        sentences2.append(_senteval_tokens(fields[second]))
     if not scores:
         raise ValueError(f"{path}: no sentence pairs")
-    return STSData(sentences1, sentences2, scores, name="stsb")
+    return sentences1, sentences2, scores
+
+
+def _load_senteval_stsbenchmark(path: Path) -> STSData:
+    """SimCSE-SentEval's ``STSBenchmarkEval.loadFile``: ``line.strip().split('\\t')``, score col 4, text 5 and 6."""
+    # SentEval iterates the file line by line (only \n / \r\n end a line, unlike str.splitlines()); no header.
+    lines = _read_text(path).split("\n")
+    expected = "at least 7 tab-separated fields (score in column 4, sentences in columns 5 and 6)"
+    return STSData(*_senteval_tab_pairs(path, lines, 1, (5, 6, 4), expected), name="stsb")
 
 
 def _load_senteval_sick(path: Path) -> STSData:
@@ -372,20 +377,5 @@ def _load_senteval_sick(path: Path) -> STSData:
             if lines
             else f"{path}: empty file"
         )
-    sentences1, sentences2, scores = [], [], []
-    for line_number, line in enumerate(lines[1:], start=2):
-        text = line.strip()  # also removes the \r of SICK_test_annotated.txt's CRLF line ends
-        if not text:
-            continue
-        columns = text.split("\t")
-        if len(columns) < 4:
-            raise ValueError(
-                f"{path}:{line_number}: expected pair_ID, sentence_A, sentence_B, relatedness_score "
-                f"(tab-separated), got {len(columns)} field(s)"
-            )
-        scores.append(_parse_score(columns[3], path, line_number))
-        sentences1.append(_senteval_tokens(columns[1]))
-        sentences2.append(_senteval_tokens(columns[2]))
-    if not scores:
-        raise ValueError(f"{path}: no sentence pairs")
-    return STSData(sentences1, sentences2, scores, name="sickr")
+    expected = "pair_ID, sentence_A, sentence_B, relatedness_score (tab-separated)"
+    return STSData(*_senteval_tab_pairs(path, lines[1:], 2, (1, 2, 3), expected), name="sickr")
