@@ -124,12 +124,17 @@ def _statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def _normalize(x: torch.Tensor) -> torch.Tensor:
-    """L2-normalise rows; a zero row stays zero and gets a zero gradient (it has no direction)."""
+def _directions(x: torch.Tensor):
+    """Unit rows and inverse norms; a zero row stays zero with inverse norm 0, so it gets a zero gradient (it has
+    no direction; unmasked, its gradient would be ~1/tiny, which overflows when cast back to fp16)."""
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    nonzero = norms > torch.finfo(x.dtype).tiny ** 0.5
-    # Without the mask a zero row's gradient would be ~1/tiny, which overflows when cast back to fp16.
-    return x / norms.clamp_min(torch.finfo(x.dtype).tiny ** 0.5) * nonzero
+    tiny = torch.finfo(x.dtype).tiny ** 0.5
+    inv_norms = (norms > tiny) / norms.clamp_min(tiny)  # clamped, so the backward through 1/norm stays finite
+    return x * inv_norms, inv_norms
+
+
+def _normalize(x: torch.Tensor) -> torch.Tensor:
+    return _directions(x)[0]
 
 
 def cosine_similarity_matrix(anchors: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -478,13 +483,6 @@ class _PreciseCosineSimilarity(torch.autograd.Function):
             grad_anchors = _normalization_backward(grad_sims @ candidate_dirs, anchor_dirs, anchor_inv_norms)
             grad_candidates = _normalization_backward(grad_sims.T @ anchor_dirs, candidate_dirs, candidate_inv_norms)
         return grad_anchors.to(ctx.input_dtypes[0]), grad_candidates.to(ctx.input_dtypes[1]), None
-
-
-def _directions(x: torch.Tensor):
-    """Unit rows and inverse norms; zero rows stay zero with inverse norm 0 (so they get no gradient)."""
-    norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    inv_norms = torch.where(norms > torch.finfo(x.dtype).tiny ** 0.5, 1 / norms, torch.zeros_like(norms))
-    return x * inv_norms, inv_norms
 
 
 def _normalization_backward(grad_dirs, dirs, inv_norms):
