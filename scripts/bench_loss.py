@@ -32,13 +32,14 @@ def _median_ms(samples):
     return statistics.median(samples) * 1e3
 
 
-def time_loss_pair(geometry, num_anchors, num_candidates, dim, repeats, temperature=0.05):
+def time_loss_pair(geometry, num_anchors, num_candidates, dim, repeats, temperature=0.05, min_seconds=3.0):
+    """Medians of interleaved forward+backward timings: at least ``repeats`` pairs, more for small sizes so that
+    every size is measured for about ``min_seconds`` (a 2 ms loss needs many pairs for a stable median)."""
     generator = torch.Generator().manual_seed(0)
     anchors = torch.randn(num_anchors, dim, generator=generator, requires_grad=True)
-    candidates = (anchors.detach()[:num_candidates] if num_candidates <= num_anchors else None)
-    candidates = torch.randn(num_candidates, dim, generator=generator) + 0.5 * (
-        candidates if candidates is not None else 0
-    )
+    candidates = torch.randn(num_candidates, dim, generator=generator)
+    paired = min(num_anchors, num_candidates)
+    candidates[:paired] += 0.5 * anchors.detach()[:paired]  # positives close to their anchors
     candidates.requires_grad_(True)
 
     def run(loss_fn):
@@ -46,13 +47,20 @@ def time_loss_pair(geometry, num_anchors, num_candidates, dim, repeats, temperat
         loss_fn(anchors, candidates, temperature=temperature, geometry=geometry).backward()
         return time.perf_counter() - start
 
-    for _ in range(3):  # warm-up
+    warm_up = time.perf_counter()
+    for _ in range(5):
         run(weince_loss), run(infonce_loss)
+    repeats = max(repeats, int(min_seconds / ((time.perf_counter() - warm_up) / 5)))
     weince_times, infonce_times = [], []
-    for _ in range(repeats):  # interleaved, so drifts in machine load hit both
-        weince_times.append(run(weince_loss))
-        infonce_times.append(run(infonce_loss))
-    return _median_ms(weince_times), _median_ms(infonce_times)
+    for repeat in range(repeats):  # interleaved, in alternating order, so drifts in machine load hit both
+        if repeat % 2:
+            weince_times.append(run(weince_loss))
+            infonce_times.append(run(infonce_loss))
+        else:
+            infonce_times.append(run(infonce_loss))
+            weince_times.append(run(weince_loss))
+    paired_ratio = statistics.median(w / i for w, i in zip(weince_times, infonce_times))
+    return _median_ms(weince_times), _median_ms(infonce_times), paired_ratio
 
 
 def time_training_step(repeats, batch_size=64, max_length=32):
@@ -88,40 +96,50 @@ def time_training_step(repeats, batch_size=64, max_length=32):
     for _ in range(repeats):
         for name, loss_module in losses.items():
             step_times[name].append(step(loss_module))
-    dim = model[0].get_word_embedding_dimension()
-    loss_weince, loss_infonce = time_loss_pair("simcse", batch_size, batch_size, dim, repeats=max(20, repeats))
+    dim = model.get_embedding_dimension()
+    loss_weince, loss_infonce, _ = time_loss_pair("simcse", batch_size, batch_size, dim, repeats=max(100, repeats))
     return {name: _median_ms(times) for name, times in step_times.items()}, loss_weince, loss_infonce, dim
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=30, help="interleaved repeats per size (median reported)")
+    parser.add_argument(
+        "--repeats", type=int, default=100, help="at least this many interleaved repeats per size (median reported)"
+    )
     parser.add_argument("--step-repeats", type=int, default=8, help="repeats of the full MiniLM training step")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--skip-step", action="store_true", help="only the loss-alone table")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU, forward+backward, median of "
-          f"{args.repeats} interleaved repeats\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU, forward+backward, median of "
+        f">= {args.repeats} interleaved repeats, >= 3 s per size (the ratio is the median of the paired ratios)\n"
+    )
     print("| size | WEINCE (ms) | InfoNCE (ms) | WEINCE / InfoNCE |")
     print("|---|---:|---:|---:|")
     for label, geometry, num_anchors, num_candidates, dim in SIZES:
-        weince_ms, infonce_ms = time_loss_pair(geometry, num_anchors, num_candidates, dim, args.repeats)
-        print(f"| {label} | {weince_ms:.2f} | {infonce_ms:.2f} | {weince_ms / infonce_ms:.2f}x |", flush=True)
+        weince_ms, infonce_ms, ratio = time_loss_pair(geometry, num_anchors, num_candidates, dim, args.repeats)
+        print(f"| {label} | {weince_ms:.2f} | {infonce_ms:.2f} | {ratio:.2f}x |", flush=True)
     if args.skip_step:
         return
     step_ms, loss_weince, loss_infonce, dim = time_training_step(args.step_repeats)
-    print(f"\nFull all-MiniLM-L6-v2 training step (batch 64, length 32, dropout positives, AdamW), median of "
-          f"{args.step_repeats}:\n")
+    print(
+        f"\nFull all-MiniLM-L6-v2 training step (batch 64, length 32, dropout positives, AdamW), median of "
+        f"{args.step_repeats}:\n"
+    )
     print("| | WEINCE | InfoNCE |")
     print("|---|---:|---:|")
     print(f"| training step (ms) | {step_ms['weince']:.0f} | {step_ms['infonce']:.0f} |")
     print(f"| loss alone, 64x64x{dim} (ms) | {loss_weince:.2f} | {loss_infonce:.2f} |")
-    print(f"| loss share of the step | {100 * loss_weince / step_ms['weince']:.2f}% | "
-          f"{100 * loss_infonce / step_ms['infonce']:.2f}% |")
-    print(f"| WEINCE's extra cost over InfoNCE, share of the step | "
-          f"{100 * (loss_weince - loss_infonce) / step_ms['infonce']:.2f}% | |")
+    print(
+        f"| loss share of the step | {100 * loss_weince / step_ms['weince']:.2f}% | "
+        f"{100 * loss_infonce / step_ms['infonce']:.2f}% |"
+    )
+    print(
+        f"| WEINCE's extra cost over InfoNCE, share of the step | "
+        f"{100 * (loss_weince - loss_infonce) / step_ms['infonce']:.2f}% | |"
+    )
 
 
 if __name__ == "__main__":

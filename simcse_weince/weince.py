@@ -16,11 +16,13 @@ float32 or float64 even when the inputs are half precision or an autocast region
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -124,13 +126,20 @@ def _statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-def _directions(x: torch.Tensor):
+def _autocast_off(device_type: str):
+    """A region with autocast off; a no-op context when autocast is not on (entering one costs ~10 us)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type=device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _directions(x: torch.Tensor, in_place: bool = False):
     """Unit rows and inverse norms; a zero row stays zero with inverse norm 0, so it gets a zero gradient (it has
     no direction; unmasked, its gradient would be ~1/tiny, which overflows when cast back to fp16)."""
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     tiny = torch.finfo(x.dtype).tiny ** 0.5
     inv_norms = (norms > tiny) / norms.clamp_min(tiny)  # clamped, so the backward through 1/norm stays finite
-    return x * inv_norms, inv_norms
+    return (x.mul_(inv_norms) if in_place else x * inv_norms), inv_norms
 
 
 def _normalize(x: torch.Tensor) -> torch.Tensor:
@@ -140,7 +149,7 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 def cosine_similarity_matrix(anchors: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
     """Cosine similarities ``anchors x candidates`` in float32 (float64 for float64 inputs), autocast off."""
     dtype = _statistics_dtype(anchors, candidates)
-    with torch.autocast(device_type=anchors.device.type, enabled=False):
+    with _autocast_off(anchors.device.type):
         return _normalize(anchors.to(dtype)) @ _normalize(candidates.to(dtype)).T
 
 
@@ -191,7 +200,7 @@ def _raise_if_not_finite(loss: torch.Tensor, anchors: torch.Tensor, candidates: 
     so there it is left to whoever reads the loss (the sentence-transformers adapter and our trainer check
     when they log it).
     """
-    if loss.device.type != "cpu" or torch.isfinite(loss).item():
+    if loss.device.type != "cpu" or math.isfinite(loss.item()):
         return
     raise_non_finite(anchors, candidates)
 
@@ -207,7 +216,8 @@ def raise_non_finite(anchors: torch.Tensor, candidates: torch.Tensor) -> None:
             problems.append(f"{name} rows [{shown}] ({len(rows)} of {tensor.shape[0]})")
     if problems:
         raise ValueError(
-            "the embeddings contain NaN or inf values: " + "; ".join(problems)
+            "the embeddings contain NaN or inf values: "
+            + "; ".join(problems)
             + ". Check the encoder (e.g. fp16 overflow, a diverged learning rate)."
         )
     raise ValueError("the contrastive loss is not finite although the embeddings are; please report this.")
@@ -226,8 +236,15 @@ def _tail_size(num_negatives: int, config: WeinceConfig) -> int:
 _PLOTTING_POSITIONS_CACHE: dict = {}
 
 
+def _link_targets(plotting_positions: torch.Tensor) -> torch.Tensor:
+    """The two regression targets of the tail (spec section 4), stacked on dim -2: the Weibull line ``log F`` and
+    the Gumbel line ``log(-log F)`` with its sign flipped, so that a tail of either type has a positive slope."""
+    log_f = plotting_positions.log()
+    return torch.stack([log_f, -(-log_f).log()], dim=-2)
+
+
 def _centred_link_targets(k: int, burn_in: int, dtype, device) -> torch.Tensor:
-    """The two regression targets (Weibull ``log F``, Gumbel ``log(-log F)``), centred, as a 2 x n tensor.
+    """:func:`_link_targets` of the tail ranks, centred, as a 2 x n tensor.
 
     They depend only on the tail size, so they are computed once per (k, dtype, device).
     """
@@ -235,10 +252,8 @@ def _centred_link_targets(k: int, burn_in: int, dtype, device) -> torch.Tensor:
     targets = _PLOTTING_POSITIONS_CACHE.get(key)
     if targets is None:
         ranks = torch.arange(burn_in + 1, k + 1, dtype=torch.float64)
-        plotting_positions = ranks / (k + 1)
-        weibull = plotting_positions.log()
-        gumbel = (-plotting_positions.log()).log()
-        targets = torch.stack([weibull - weibull.mean(), gumbel - gumbel.mean()]).to(dtype=dtype, device=device)
+        targets = _link_targets(ranks / (k + 1))
+        targets = (targets - targets.mean(dim=1, keepdim=True)).to(dtype=dtype, device=device)
         _PLOTTING_POSITIONS_CACHE[key] = targets
     return targets
 
@@ -285,41 +300,60 @@ def _fit_lines(log_shortfalls: torch.Tensor, centred_targets: torch.Tensor, weig
     under ``weights``). With weights (A x n of 0/1), only weighted points count.
     """
     if weights is None:
-        x_centred = log_shortfalls - log_shortfalls.mean(dim=1, keepdim=True)
-        sxx = (x_centred * x_centred).sum(dim=1).clamp_min(1e-12)  # A
-        slopes = (x_centred @ centred_targets.T) / sxx[:, None]  # A x 2
-        residuals = centred_targets[None] - slopes[:, :, None] * x_centred[:, None, :]  # A x 2 x n
-        sse = (residuals * residuals).sum(dim=2)
+        x_centred = log_shortfalls.sub_(log_shortfalls.mean(dim=1, keepdim=True))
+        sxx = torch.linalg.vecdot(x_centred, x_centred).clamp_min_(1e-12)  # A
+        slopes = torch.mm(x_centred, centred_targets.mT).div_(sxx.unsqueeze(1))  # A x 2
+        residuals = torch.addcmul(centred_targets, slopes.unsqueeze(2), x_centred.unsqueeze(1), value=-1)
     else:
         counts = weights.sum(dim=1, keepdim=True).clamp_min(1)
         x_centred = (log_shortfalls - (log_shortfalls * weights).sum(dim=1, keepdim=True) / counts) * weights
         sxx = (x_centred * x_centred).sum(dim=1).clamp_min(1e-12)
         slopes = (centred_targets * x_centred[:, None, :]).sum(dim=2) / sxx[:, None]
         residuals = (centred_targets - slopes[:, :, None] * x_centred[:, None, :]) * weights[:, None, :]
-        sse = (residuals * residuals).sum(dim=2)
-    return slopes, sse.clamp_min(1e-12)
+    return slopes, torch.linalg.vecdot(residuals, residuals).clamp_min_(1e-12)
 
 
 def _aic_statistics(slopes, sse, n):
-    """Delta-AIC and beta_hat from the two fits (spec section 4, step 4-5). ``n`` is a scalar or length A."""
-    weibull_sse = sse[:, 0] + 1e6 * (slopes[:, 0] <= 0)
-    gumbel_sse = sse[:, 1] + 1e6 * (slopes[:, 1] >= 0)
-    aic_weibull = n * torch.log(weibull_sse / n) + 4
-    aic_gumbel = n * torch.log(gumbel_sse / n) + 4
-    return aic_gumbel - aic_weibull, slopes[:, 0].clamp_min(0)
+    """Delta-AIC and beta_hat from the two fits (spec section 4, steps 4-5). ``n`` is a scalar or length A.
+
+    ``AIC = n log(SSE / n) + 4`` for both lines, so ``Delta-AIC = AIC_Gumbel - AIC_Weibull = n log(SSE_G / SSE_W)``.
+    A line with the wrong-signed slope does not describe the tail: its SSE gets the authors' 1e6 penalty.
+    """
+    log_sse = sse.add_(slopes <= 0, alpha=1e6).log_()
+    return (log_sse.select(1, 1) - log_sse.select(1, 0)).mul_(n), slopes.select(1, 0).clamp_min(0)
 
 
-def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float) -> TailStatistics:
-    hardest = sims.topk(k, dim=1, largest=True, sorted=True).values  # descending similarity
-    shortfalls = (1 - hardest).clamp_min(eps)  # ascending shortfall
-    rho = shortfalls[:, 0]
+def _hardest_shortfalls(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> torch.Tensor:
+    """Shortfalls ``max(1 - s, eps)`` of each row's k largest similarities, ascending (no gradient).
+
+    On the CPU this is numpy's introselect on the values, 2x faster than ``torch.topk`` (which sorts
+    (value, index) pairs), in place when ``overwrite`` allows it: on a CPU-sized batch this is WEINCE's largest
+    single cost over InfoNCE.
+    """
+    if sims.device.type != "cpu":
+        return torch.rsub(sims.topk(k, dim=1, largest=True, sorted=True).values, 1).clamp_min_(eps)
+    num_columns = sims.shape[1]
+    values = sims.numpy()
+    if overwrite:
+        values.partition(num_columns - k, axis=1)
+    else:
+        values = np.partition(values, num_columns - k, axis=1)
+    largest = values[:, num_columns - k :]
+    largest.sort(axis=1)
+    shortfalls = np.subtract(1.0, largest[:, ::-1])
+    return torch.from_numpy(np.maximum(shortfalls, eps, out=shortfalls))
+
+
+def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> TailStatistics:
+    shortfalls = _hardest_shortfalls(sims, k, eps, overwrite)
+    rho = shortfalls.select(1, 0)
     burn_in = max(1, k // 20)
     n = k - burn_in
     if n < 2:  # the authors' fallback for degenerate tails
         zeros = torch.zeros_like(rho)
         return TailStatistics(rho, zeros, zeros.clone(), torch.full_like(rho, max(n, 0)), True)
     targets = _centred_link_targets(k, burn_in, sims.dtype, sims.device)
-    slopes, sse = _fit_lines(shortfalls[:, burn_in:].log(), targets)
+    slopes, sse = _fit_lines(shortfalls.narrow(1, burn_in, n).log(), targets)
     delta_aic, beta_hat = _aic_statistics(slopes, sse, float(n))
     return TailStatistics(rho, delta_aic, beta_hat, torch.full_like(rho, n), False)
 
@@ -328,17 +362,16 @@ def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], config: Weinc
     """Tail statistics when anchors have different numbers of valid negatives (padding excluded)."""
     tail_sizes = torch.tensor([_tail_size(c, config) for c in counts], device=sims.device)
     k_max = int(tail_sizes.max())
-    hardest = sims.topk(k_max, dim=1, largest=True, sorted=True).values
+    hardest_shortfalls = _hardest_shortfalls(sims, k_max, config.eps)
     ranks = torch.arange(1, k_max + 1, device=sims.device, dtype=sims.dtype)[None, :]  # 1 x k_max
     k = tail_sizes.to(sims.dtype)[:, None]
     burn_in = (tail_sizes // 20).clamp_min(1).to(sims.dtype)[:, None]
     weights = ((ranks > burn_in) & (ranks <= k)).to(sims.dtype)
     n = weights.sum(dim=1)
-    shortfalls = torch.where(ranks <= k, (1 - hardest).clamp_min(config.eps), torch.ones_like(hardest))
+    shortfalls = torch.where(ranks <= k, hardest_shortfalls, torch.ones_like(hardest_shortfalls))
     rho = shortfalls[:, 0]
     plotting_positions = torch.where(ranks <= k, ranks / (k + 1), torch.full_like(ranks * k, 0.5))
-    log_f = plotting_positions.log()
-    targets = torch.stack([log_f, (-log_f).log()], dim=1)  # A x 2 x k_max
+    targets = _link_targets(plotting_positions)  # A x 2 x k_max
     w = weights[:, None, :]
     targets = (targets - (targets * w).sum(dim=2, keepdim=True) / n.clamp_min(1)[:, None, None]) * w
     slopes, sse = _fit_lines(shortfalls.log(), targets, weights)
@@ -356,20 +389,16 @@ def mixing_weights(stats: TailStatistics, config: WeinceConfig | None = None):
     """
     config = config or WeinceConfig()
     rho = stats.rho
-    sorted_rho = rho.sort().values
-    if stats.any_degenerate:
-        rho0 = sorted_rho[(rho.numel() - 1) // 2]  # the authors' fallback: lower median
-    else:
-        rho0 = sorted_rho[round(config.quantile * (rho.numel() - 1))]
-    lambda_rho = torch.sigmoid(config.kappa_rho * (rho0.log() - rho.log()))
-    lambda_aic = torch.sigmoid(config.kappa_aic * (stats.delta_aic - config.aic_margin))
-    if config.gate == "both":
-        weight = lambda_rho * lambda_aic
-    elif config.gate == "rho":
-        weight = lambda_rho
-    else:
-        weight = lambda_aic
-    return weight, rho0
+    # the authors' fallback for degenerate tails is the lower median
+    rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(config.quantile * (rho.numel() - 1))
+    rho0 = rho.kthvalue(rank + 1).values
+    lambda_rho = torch.div(rho0, rho).log_().mul_(config.kappa_rho).sigmoid_()  # sigmoid(kappa log(rho0 / rho))
+    if config.gate == "rho":
+        return lambda_rho, rho0
+    lambda_aic = stats.delta_aic.sub(config.aic_margin).mul_(config.kappa_aic).sigmoid_()
+    if config.gate == "aic":
+        return lambda_aic, rho0
+    return lambda_rho.mul_(lambda_aic), rho0
 
 
 def _shortfall_exponent(stats: TailStatistics, config: WeinceConfig) -> torch.Tensor:
@@ -412,27 +441,43 @@ def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tens
 
 @dataclass(frozen=True)
 class _Layout:
-    """Where each anchor's positive is, and which entries of its similarity row are not negatives."""
+    """Where each anchor's positive is, and which entries of its similarity row are not negatives.
 
+    Those entries lie on diagonals of the similarity matrix (simcse: the main one; simclr: the anchor itself on the
+    main one, its other view at offsets +N and -N), so masking them in place costs O(A), not a pass over A x C.
+    """
+
+    rows: torch.Tensor  # arange(A)
     positives: torch.Tensor  # length A: column of each anchor's positive
-    not_negative: torch.Tensor  # A x C bool: the positive, and (simclr) the anchor itself
+    positive_diagonals: tuple[int, ...]
+    not_negative_diagonals: tuple[int, ...]  # the positives and (simclr) the anchors themselves
+    not_negative: torch.Tensor  # A x C bool, the same entries as a mask
     self_mask: torch.Tensor | None  # simclr: the diagonal, excluded from the softmax too
     num_negatives: int
 
 
 @functools.lru_cache(maxsize=32)
 def _layout(geometry: str, num_rows: int, num_columns: int, device: torch.device) -> _Layout:
+    rows = torch.arange(num_rows, device=device)
     if geometry == "simcse":
-        positives = torch.arange(num_rows, device=device)
-        self_mask = None
+        positives, positive_diagonals, self_mask = rows, (0,), None
     else:
         n = num_rows // 2
         positives = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(device)
+        positive_diagonals = (n, -n)
         self_mask = torch.eye(num_rows, dtype=torch.bool, device=device)
     not_negative = F.one_hot(positives, num_columns).bool()
     if self_mask is not None:
         not_negative |= self_mask
-    return _Layout(positives, not_negative, self_mask, num_columns - (1 if self_mask is None else 2))
+    return _Layout(
+        rows=rows,
+        positives=positives,
+        positive_diagonals=positive_diagonals,
+        not_negative_diagonals=positive_diagonals + ((0,) if self_mask is not None else ()),
+        not_negative=not_negative,
+        self_mask=self_mask,
+        num_negatives=num_columns - (1 if self_mask is None else 2),
+    )
 
 
 def _similarities(anchors, candidates, geometry):
@@ -449,60 +494,106 @@ class _PreciseCosineSimilarity(torch.autograd.Function):
     The tail statistics look at shortfalls 1 - s down to 1e-6, where float32 cosines keep a digit or two; the
     float64 matrix feeds them (no gradient) and, rounded to the compute dtype, the logits. Only the backward
     matmuls carry gradients, so they stay in float32: one float64 matmul replaces the float32 forward matmul
-    instead of adding a second pass. ``candidates=None`` means the Gram matrix of ``anchors`` (simclr).
+    instead of adding a second pass. Anchors and candidates are normalised together as one stacked copy;
+    ``gram=True`` gives the Gram matrix of that stack (simclr), otherwise anchors x candidates.
     """
 
     @staticmethod
-    def forward(ctx, anchors, candidates, compute_dtype):
-        with torch.autocast(device_type=anchors.device.type, enabled=False):
-            anchor_dirs, anchor_inv_norms = _directions(anchors.detach().double())
-            if candidates is None:
-                candidate_dirs = anchor_dirs
-            else:
-                candidate_dirs, candidate_inv_norms = _directions(candidates.detach().double())
-            precise = anchor_dirs @ candidate_dirs.T
-        ctx.input_dtypes = (anchors.dtype, None if candidates is None else candidates.dtype)
-        saved = [anchor_dirs.to(compute_dtype), anchor_inv_norms.to(compute_dtype)]
-        if candidates is not None:
-            saved += [candidate_dirs.to(compute_dtype), candidate_inv_norms.to(compute_dtype)]
-        ctx.save_for_backward(*saved)
+    def forward(ctx, anchors, candidates, gram: bool, compute_dtype):
+        num_anchors = anchors.shape[0]
+        with _autocast_off(anchors.device.type):
+            dirs, inv_norms = _float64_directions(anchors, candidates)
+            precise = dirs @ dirs.T if gram else dirs[:num_anchors] @ dirs[num_anchors:].T
+        ctx.gram, ctx.num_anchors, ctx.input_dtypes = gram, num_anchors, (anchors.dtype, candidates.dtype)
+        ctx.save_for_backward(dirs.to(compute_dtype), inv_norms.to(compute_dtype))
         ctx.mark_non_differentiable(precise)
+        ctx.set_materialize_grads(False)  # no A x C zeros for the float64 output's (absent) gradient
         sims = precise.clone() if compute_dtype == torch.float64 else precise.to(compute_dtype)
         return sims, precise
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_sims, _grad_precise):
-        anchor_dirs, anchor_inv_norms, *candidate_saved = ctx.saved_tensors
-        with torch.autocast(device_type=grad_sims.device.type, enabled=False):
-            grad_sims = grad_sims.to(anchor_dirs.dtype)
-            if not candidate_saved:  # Gram matrix: s_ij depends on row i and row j of the same input
-                grad_dirs = (grad_sims + grad_sims.T) @ anchor_dirs
-                grad = _normalization_backward(grad_dirs, anchor_dirs, anchor_inv_norms)
-                return grad.to(ctx.input_dtypes[0]), None, None
-            candidate_dirs, candidate_inv_norms = candidate_saved
-            grad_anchors = _normalization_backward(grad_sims @ candidate_dirs, anchor_dirs, anchor_inv_norms)
-            grad_candidates = _normalization_backward(grad_sims.T @ anchor_dirs, candidate_dirs, candidate_inv_norms)
-        return grad_anchors.to(ctx.input_dtypes[0]), grad_candidates.to(ctx.input_dtypes[1]), None
+        if grad_sims is None:
+            return None, None, None, None
+        dirs, inv_norms = ctx.saved_tensors
+        n = ctx.num_anchors
+        with _autocast_off(grad_sims.device.type):
+            grad_sims = grad_sims.to(dirs.dtype)
+            if ctx.gram:  # s_ij depends on rows i and j of the same stack: (G + G^T) u, as two matmuls (no
+                # strided pass over G^T)
+                grad_dirs = torch.mm(grad_sims, dirs).addmm_(grad_sims.mT, dirs)
+            else:
+                grad_dirs = torch.empty_like(dirs)
+                torch.mm(grad_sims, dirs[n:], out=grad_dirs[:n])
+                torch.mm(grad_sims.T, dirs[:n], out=grad_dirs[n:])
+            grad = _normalization_backward_(grad_dirs, dirs, inv_norms)
+        return grad[:n].to(ctx.input_dtypes[0]), grad[n:].to(ctx.input_dtypes[1]), None, None
 
 
-def _normalization_backward(grad_dirs, dirs, inv_norms):
-    # d(x/|x|)^T g = (g - u (u . g)) / |x|
-    return (grad_dirs - dirs * (grad_dirs * dirs).sum(dim=-1, keepdim=True)) * inv_norms
+def _float64_directions(*tensors: torch.Tensor):
+    """:func:`_directions` of the rows of the tensors, stacked into one float64 copy that is normalised in place."""
+    stacked = torch.empty(
+        sum(t.shape[0] for t in tensors), tensors[0].shape[1], dtype=torch.float64, device=tensors[0].device
+    )
+    return _directions(torch.cat(tensors, out=stacked), in_place=True)
 
 
-def _precise_similarities(anchors, candidates, geometry):
-    """``(sims, precise)``: the similarity matrix with gradient in the compute dtype, and its float64 values."""
-    compute_dtype = _statistics_dtype(anchors, candidates)
-    if geometry == "simclr":
-        return _PreciseCosineSimilarity.apply(torch.cat([anchors, candidates], dim=0), None, compute_dtype)
-    return _PreciseCosineSimilarity.apply(anchors, candidates, compute_dtype)
+def _normalization_backward_(grad_dirs, dirs, inv_norms):
+    """Gradient through u = x / |x|, in place on ``grad_dirs``: (g - u (u . g)) / |x|."""
+    radial = torch.linalg.vecdot(grad_dirs, dirs).unsqueeze(-1)
+    return grad_dirs.addcmul_(dirs, radial, value=-1).mul_(inv_norms)
 
 
 def _batch_statistics(precise_sims, layout: _Layout, config: WeinceConfig) -> TailStatistics:
     """Tail statistics of every anchor's negatives from float64 similarities, without gradient."""
     with torch.no_grad():  # in place: the float64 matrix serves nothing else
-        negatives = precise_sims.masked_fill_(layout.not_negative, float("-inf"))
-        return tail_statistics(negatives, config, num_negatives=layout.num_negatives)
+        for offset in layout.not_negative_diagonals:
+            precise_sims.diagonal(offset).fill_(float("-inf"))
+        k = _tail_size(layout.num_negatives, config)
+        return _uniform_tail_statistics(precise_sims, k, config.eps, overwrite=True)
+
+
+class _WeinceCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of the WEINCE logits of a similarity matrix, with a closed-form backward.
+
+    The logit's slope in s is ``(1 - lambda_i) / tau + lambda_i beta_i / (1 - s)`` (without the second term where
+    1 - s is floored at eps), so the gradient is ``(softmax - one-hot) * slope / A``. Autograd through
+    :func:`weince_logits` would keep half a dozen A x C intermediates and make a dozen passes over them; this keeps
+    the log-probabilities and the slope, and the backward makes three passes: with the float64 similarities and
+    the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE on a CPU (``scripts/bench_loss.py``).
+    ``infonce_scale`` = (1 - lambda) / tau and ``shortfall_scale`` = lambda beta are A x 1 columns.
+    It computes :func:`weince_logits` followed by ``F.cross_entropy`` (a test compares both passes with autograd's).
+    """
+
+    @staticmethod
+    def forward(ctx, sims, infonce_scale, shortfall_scale, layout: _Layout, eps: float):
+        shortfall = torch.rsub(sims, 1)
+        logits = torch.clamp_min(shortfall, eps).log_().mul_(-shortfall_scale).addcmul_(sims, infonce_scale)
+        # d logit / d s, in place on the shortfalls; where 1 - s is floored at eps the shortfall term is constant:
+        # the shortfall becomes inf there and 1 / inf = 0 drops it
+        F.threshold_(shortfall, eps, math.inf)
+        slope = torch.addcdiv(infonce_scale, shortfall_scale, shortfall, out=shortfall)
+        if layout.self_mask is not None:  # simclr: an anchor is not its own candidate
+            logits.diagonal().fill_(-math.inf)
+        log_probs = F.log_softmax(logits, dim=1)
+        loss = log_probs[layout.rows, layout.positives].mean().neg()
+        ctx.layout = layout
+        ctx.save_for_backward(log_probs, slope)
+        ctx.mark_non_differentiable(logits)
+        ctx.set_materialize_grads(False)  # no A x C zeros for the logits' (absent) gradient
+        return loss, logits
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss, _grad_logits):
+        if grad_loss is None:
+            return None, None, None, None, None
+        log_probs, slope = ctx.saved_tensors
+        grad = torch.exp(log_probs)  # softmax; the masked diagonal gives 0
+        for offset in ctx.layout.positive_diagonals:  # minus the one-hot of the positives
+            grad.diagonal(offset).sub_(1)
+        return grad.mul_(slope).mul_(grad_loss / grad.shape[0]), None, None, None, None
 
 
 def _cross_entropy(logits, layout: _Layout):
@@ -556,7 +647,8 @@ def weince_loss(
         raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)
     temperature = float(temperature)
-    sims, precise_sims = _precise_similarities(anchors, candidates, geometry)
+    compute_dtype = _statistics_dtype(anchors, candidates)
+    sims, precise_sims = _PreciseCosineSimilarity.apply(anchors, candidates, geometry == "simclr", compute_dtype)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
     stats = _batch_statistics(precise_sims, layout, config)
     with torch.no_grad():
@@ -564,9 +656,10 @@ def weince_loss(
         if mixing_weight is not None:
             weight = torch.as_tensor(mixing_weight, dtype=weight.dtype, device=sims.device).expand_as(weight)
         beta = _shortfall_exponent(stats, config)
-    with torch.autocast(device_type=sims.device.type, enabled=False):
-        logits = weince_logits(sims, weight.to(sims.dtype), beta.to(sims.dtype), temperature, config.eps)
-        loss = _cross_entropy(logits, layout)
+        infonce_scale = torch.rsub(weight, 1).div_(temperature).to(compute_dtype).unsqueeze(1)
+        shortfall_scale = torch.mul(weight, beta).to(compute_dtype).unsqueeze(1)
+    with _autocast_off(sims.device.type):
+        loss, logits = _WeinceCrossEntropy.apply(sims, infonce_scale, shortfall_scale, layout, config.eps)
     _raise_if_not_finite(loss, anchors, candidates)
     if not return_stats:
         return loss
@@ -590,7 +683,7 @@ def infonce_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, temperature
     _validate_embeddings(anchors, candidates, geometry, temperature)
     sims = _similarities(anchors, candidates, geometry)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
-    with torch.autocast(device_type=sims.device.type, enabled=False):
+    with _autocast_off(sims.device.type):
         loss = _cross_entropy(sims / float(temperature), layout)
     _raise_if_not_finite(loss, anchors, candidates)
     return loss

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_loss
+from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_logits, weince_loss
 from simcse_weince.weince import cosine_similarity_matrix
 
 
@@ -97,6 +98,45 @@ def test_gradient_matches_finite_differences(geometry):
     assert torch.autograd.gradcheck(loss_fn, (anchors, candidates), eps=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("geometry", ["simcse", "simclr"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_hand_written_backward_equals_autograd(geometry, dtype):
+    """The loss's forward and hand-written backward equal autograd through weince_logits + F.cross_entropy, with a
+    floored shortfall (an exact duplicate) and, in simclr, the anchor masked out of its own softmax."""
+    anchors, candidates = _views(24, 8, m=8 if geometry == "simcse" else 0, seed=5, dtype=dtype)
+    candidates[3] = anchors[3]  # cosine 1: the shortfall is floored at eps and its term has no gradient
+    candidates[5] = anchors[2]  # a duplicate among the negatives (simcse) / another anchor's view (simclr)
+    temperature = 0.1
+    loss, stats = weince_loss(
+        anchors.requires_grad_(True),
+        candidates.requires_grad_(True),
+        temperature=temperature,
+        geometry=geometry,
+        return_stats=True,
+    )
+    assert stats["mixing_weight"].max() > 0.1
+    grads = torch.autograd.grad(loss, (anchors, candidates))
+
+    a, c = anchors.detach().clone().requires_grad_(True), candidates.detach().clone().requires_grad_(True)
+    if geometry == "simcse":
+        sims, positives, self_mask = cosine_similarity_matrix(a, c), torch.arange(24), None
+    else:
+        views = torch.cat([a, c])
+        sims, positives = cosine_similarity_matrix(views, views), torch.arange(48).roll(24)
+        self_mask = torch.eye(48, dtype=torch.bool)
+    weight, beta = stats["mixing_weight"].to(dtype), stats["beta"].to(dtype)
+    logits = weince_logits(sims, weight, beta, temperature)
+    if self_mask is not None:
+        logits = logits.masked_fill(self_mask, float("-inf"))
+    expected = F.cross_entropy(logits, positives)
+    expected_grads = torch.autograd.grad(expected, (a, c))
+    tol = dict(rtol=0, atol=1e-10) if dtype == torch.float64 else dict(rtol=0, atol=2e-5)
+    torch.testing.assert_close(loss, expected, **tol)
+    for grad, expected_grad in zip(grads, expected_grads):
+        assert torch.isfinite(grad).all()
+        torch.testing.assert_close(grad, expected_grad, **tol)
+
+
 def test_statistics_carry_no_gradient():
     anchors, candidates = _views(32, 16)
     anchors.requires_grad_(True)
@@ -158,6 +198,23 @@ def test_padding_is_excluded_from_the_tail():
         torch.testing.assert_close(getattr(masked, key)[[0, 2, 3]], getattr(full, key)[[0, 2, 3]])
     only_40 = tail_statistics(sims[1:2, :40])
     torch.testing.assert_close(masked.delta_aic[1:2], only_40.delta_aic)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_hardest_shortfalls_are_the_sorted_top_k(dtype):
+    """The top-k behind the tail statistics (numpy's partition on the CPU) against a full sort, with ties,
+    padding, a cosine above 1 (rounding) and the input left untouched unless it may be overwritten."""
+    from simcse_weince.weince import _hardest_shortfalls
+
+    generator = torch.Generator().manual_seed(3)
+    sims = (torch.rand(16, 100, generator=generator, dtype=dtype) * 2 - 1).round(decimals=2)  # many ties
+    sims[0, :30] = float("-inf")
+    sims[1, 5] = 1 + 1e-7
+    original = sims.clone()
+    expected = torch.rsub(sims.sort(dim=1, descending=True).values[:, :40], 1).clamp_min(1e-6)
+    torch.testing.assert_close(_hardest_shortfalls(sims, 40, 1e-6), expected, rtol=0, atol=0)
+    assert torch.equal(sims, original)
+    torch.testing.assert_close(_hardest_shortfalls(sims.clone(), 40, 1e-6, overwrite=True), expected, rtol=0, atol=0)
 
 
 def test_degenerate_tail_falls_back_to_median():
