@@ -19,6 +19,17 @@ if SHARED_DATA.is_dir():
     os.environ.setdefault("SIMCSE_WEINCE_DATA_DIR", str(SHARED_DATA))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     path = Path(os.environ.get("SIMCSE_WEINCE_DATA_DIR", SHARED_DATA))

@@ -9,14 +9,7 @@ pytest.importorskip("torchvision")
 
 from simcse_weince.vision.backbones import SimCLRModel, build_backbone, vit_patch_size
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 
 
 def _forward(model: SimCLRModel, image_size: int):

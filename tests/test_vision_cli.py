@@ -7,20 +7,12 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 pytest.importorskip("torchvision")
 
 from simcse_weince.cli import main
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 
 
 def test_train_then_eval_on_digits(tmp_path, capsys):

@@ -14,14 +14,7 @@ from PIL import Image
 from simcse_weince.vision.augment import TwoViews, evaluation_transform, simclr_augmentation
 from simcse_weince.vision.datasets import DATASETS, load_image_dataset
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids thread contention on a shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 
 
 def test_digits_is_a_stratified_split_of_the_real_images():
