@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_logits, weince_loss
-from simcse_weince.weince import cosine_similarity_matrix
+from simcse_weince.weince import DIAGNOSTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
 
 
 def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
@@ -171,6 +173,83 @@ def test_gates():
         _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate), return_stats=True)
         weights[gate] = stats["mixing_weight"]
     torch.testing.assert_close(weights["both"], weights["rho"] * weights["aic"])
+
+
+def _float64(values):
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def _hand_statistics(rho, delta_aic):
+    rho, delta_aic = _float64(rho), _float64(delta_aic)
+    return TailStatistics(rho, delta_aic, torch.zeros_like(rho), torch.full_like(rho, 11), False)
+
+
+def test_each_gate_by_hand():
+    """rho doubling from anchor to anchor and Delta-AIC offsets of +-log 3 make every sigmoid a simple fraction."""
+    log3 = math.log(3.0)
+    stats = _hand_statistics([0.04, 0.01, 0.02, 0.08, 0.16], [2.0, 2.0 + log3, 2.0 - log3, 0.0, 10.0])
+    # rho_0: sorted rho = [0.01, 0.02, 0.04, 0.08, 0.16], index round(0.2 * 4) = 1 -> 0.02
+    # gate="rho": sigmoid(10 log(0.02 / rho)) = 1 / (1 + (rho / 0.02) ** 10)
+    exact = dict(rtol=0, atol=1e-14)
+    expected_rho = _float64([1 / (1 + 2**10), 2**10 / (2**10 + 1), 0.5, 1 / (1 + 2**20), 1 / (1 + 2**30)])
+    # gate="aic": sigmoid(1 * (Delta-AIC - 2)): sigmoid(0) = 1/2, sigmoid(log 3) = 3/4, sigmoid(-log 3) = 1/4
+    expected_aic = _float64([0.5, 0.75, 0.25, 1 / (1 + math.e**2), 1 / (1 + math.e**-8)])
+    for gate, expected in (("rho", expected_rho), ("aic", expected_aic), ("both", expected_rho * expected_aic)):
+        weight, rho0 = mixing_weights(stats, WeinceConfig(gate=gate))
+        assert rho0.item() == 0.02
+        torch.testing.assert_close(weight, expected, **exact, msg=gate)
+    # the slopes and the margin enter where the spec puts them: kappa_rho = 5 halves the log-odds of lambda_rho,
+    # kappa_aic = 2 and m = 0 give sigmoid(2 Delta-AIC)
+    weight, _ = mixing_weights(stats, WeinceConfig(gate="rho", kappa_rho=5.0))
+    torch.testing.assert_close(weight[:2], _float64([1 / (1 + 2**5), 2**5 / (2**5 + 1)]), **exact)
+    weight, _ = mixing_weights(stats, WeinceConfig(gate="aic", kappa_aic=2.0, aic_margin=0.0))
+    torch.testing.assert_close(weight[3], _float64(0.5), **exact)
+    torch.testing.assert_close(weight[0], _float64(1 / (1 + math.e**-4)), **exact)
+    # quantile 0.5 -> index round(0.5 * 4) = 2 -> rho_0 = 0.04, so anchor 0 sits at lambda_rho = 1/2
+    weight, rho0 = mixing_weights(stats, WeinceConfig(gate="rho", quantile=0.5))
+    assert rho0.item() == 0.04 and weight[0].item() == pytest.approx(0.5, abs=1e-14)
+
+
+def test_delta_aic_by_hand():
+    """Delta-AIC = AIC(Gumbel) - AIC(Weibull) with AIC = n log(SSE / n) + 4, the lines fitted by numpy.polyfit."""
+    import numpy as np
+
+    negatives = np.array([0.97, 0.9, 0.88, 0.8, 0.79, 0.7, 0.61, 0.6, 0.52, 0.5, 0.41, 0.3])  # K = 12: k = 12
+    stats = tail_statistics(torch.from_numpy(negatives)[None], WeinceConfig())
+    x = np.log(1 - negatives[1:])  # burn-in max(1, 12 // 20) = 1: ranks 2..12, n = 11
+    plotting = np.arange(2, 13) / 13
+    fits = {}
+    for name, y in (("weibull", np.log(plotting)), ("gumbel", np.log(-np.log(plotting)))):
+        slope, intercept = np.polyfit(x, y, 1)
+        fits[name] = (slope, ((y - (intercept + slope * x)) ** 2).sum())
+    assert fits["weibull"][0] > 0 > fits["gumbel"][0]  # right-signed slopes: no 1e6 penalty
+    aic = {name: 11 * math.log(sse / 11) + 4 for name, (_, sse) in fits.items()}
+    assert stats.delta_aic.item() == pytest.approx(aic["gumbel"] - aic["weibull"], abs=1e-9)
+    assert stats.beta_hat.item() == pytest.approx(fits["weibull"][0], abs=1e-12)
+    assert stats.rho.item() == pytest.approx(0.03, abs=1e-15) and stats.tail_points.item() == 11
+    # a flat tail (every negative the same): both slopes are 0, both lines wrong-signed, both SSEs get + 1e6
+    flat = tail_statistics(torch.full((1, 12), 0.5, dtype=torch.float64), WeinceConfig())
+    sse_weibull = ((np.log(plotting) - np.log(plotting).mean()) ** 2).sum() + 1e6
+    gumbel_y = np.log(-np.log(plotting))
+    sse_gumbel = ((gumbel_y - gumbel_y.mean()) ** 2).sum() + 1e6
+    assert flat.delta_aic.item() == pytest.approx(11 * math.log(sse_gumbel / sse_weibull), abs=1e-9)
+    assert flat.beta_hat.item() == 0.0
+
+
+def test_summarize_statistics_by_hand():
+    stats = {
+        "mixing_weight": torch.tensor([0.1, 0.5, 0.6, 0.9]),
+        "rho0": torch.tensor(0.03),
+        "delta_aic": torch.tensor([-1.0, 3.0, 4.0, 6.0]),
+        "beta_hat": torch.tensor([0.0, 1.0, 2.0, 5.0]),
+        "beta": torch.tensor([0.5, 1.0, 2.0, 5.0]),  # the clamped exponent is not what is summarised
+    }
+    summary = summarize_statistics(stats)
+    assert list(summary) == list(DIAGNOSTIC_KEYS)
+    expected = {"lambda_mean": 0.525, "lambda_above_half": 0.5, "rho0": 0.03, "delta_aic_mean": 3.0,
+                "beta_hat_mean": 2.0}  # fmt: skip  (lambda = 0.5 exactly is not above one half)
+    assert {key: value.item() for key, value in summary.items()} == pytest.approx(expected, abs=1e-7)
+    assert all(value.dim() == 0 for value in summary.values())
 
 
 def test_tail_statistics_follow_the_spec_by_hand():
