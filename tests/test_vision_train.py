@@ -145,3 +145,62 @@ def test_objective_matches_the_core_losses():
     assert loss.item() == pytest.approx(
         infonce_loss(z1.half().float(), z2.half().float(), temperature=0.5, geometry="simclr").item()
     )
+
+
+def test_two_views_are_two_different_augmentations_of_one_image():
+    from simcse_weince.vision.augment import TwoViews, simclr_augmentation
+    from simcse_weince.vision.datasets import load_image_dataset
+
+    images = load_image_dataset("digits", "pretrain", image_size=16, limit=4)
+    two_views = TwoViews(simclr_augmentation(16))
+    torch.manual_seed(0)
+    for index in range(4):
+        view_1, view_2 = two_views(images[index][0])
+        assert view_1.shape == view_2.shape == (3, 16, 16)
+        assert (view_1 - view_2).abs().max() > 0.1  # independent crops / flips / colour jitter
+
+
+def _fixed_batch_loss(model, views, objective) -> float:
+    """The loss of one batch of view pairs in train mode (batch-norm batch statistics), as in training."""
+    model.train()
+    with torch.no_grad():
+        z1, z2 = model(torch.cat(views)).chunk(2)
+        return objective(z1, z2)[0].item()
+
+
+def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
+    """8 digits, batches of 8: every step sees the same images. The SimCLR augmentation is kept but made milder
+    (crops of 80-100%, a quarter of the colour jitter): with the full one, 8 images at 16 px stay at the chance
+    loss log(15) = 2.7 for 60 steps, so a broken trainer could not be told from a working one in a few steps."""
+    import functools
+
+    from accelerate.utils import set_seed
+
+    import simcse_weince.vision.augment as augment
+    from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
+    from simcse_weince.vision.train import build_model
+
+    mild = functools.partial(augment.simclr_augmentation, crop_scale=(0.8, 1.0), jitter_strength=0.25)
+    monkeypatch.setattr(augment, "simclr_augmentation", mild)
+    config = tiny(tmp_path, dataset="digits", loss="weince", train_size=8, epochs=15, max_steps=15, learning_rate=1e-3)
+    set_seed(config.seed)
+    initial = build_model(config)  # the trainer's own initialisation
+    result = train(config)
+    trained, _ = load_pretrained(result["checkpoint"])
+    spec = dataset_spec("digits")
+    views = load_image_dataset(
+        "digits", "pretrain", transform=augment.TwoViews(mild(16, mean=spec.mean, std=spec.std)),
+        image_size=16, limit=8, seed=config.seed,
+    )  # fmt: skip
+    torch.manual_seed(1234)  # one fixed draw of augmentations, shown to both models
+    pairs = [views[index][0] for index in range(8)]
+    batch = [torch.stack([pair[0] for pair in pairs]), torch.stack([pair[1] for pair in pairs])]
+    objective = ContrastiveObjective("weince", 0.5, WeinceConfig())
+    before = _fixed_batch_loss(initial, batch, objective)
+    after = _fixed_batch_loss(trained, batch, objective)
+    # Baseline: the untrained model on the same views; an unchanged model reproduces it exactly. Measured: 2.55
+    # before, 1.20 after 15 steps at lr 1e-3 (1.30 at lr 3e-4); the per-step training loss wanders by +-0.15.
+    assert after < before - 0.5, (before, after)
+    initial_weights = initial.state_dict()
+    changed = [name for name, value in trained.state_dict().items() if not torch.equal(value, initial_weights[name])]
+    assert any(name.startswith("backbone.layer4") for name in changed) and any("projection" in n for n in changed)
