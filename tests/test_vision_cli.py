@@ -36,12 +36,41 @@ def test_train_then_eval_on_digits(tmp_path, capsys):
     assert len(results["linear_accuracy"]["values"]) == 2
     assert results["linear_accuracy"]["ci95_low"] <= results["linear_accuracy"]["mean"]
     assert set(results["knn_accuracy"]) == set(results["recall_at_k"]) == {"1", "5", "20"}
-    # label recall@k can only grow with k; real digit features are far above chance (10%)
+    # label recall@k can only grow with k
     recall = results["recall_at_k"]
-    assert recall["1"] <= recall["5"] <= recall["20"] and results["knn_accuracy"]["1"] > 0.5
-    assert results["linear_accuracy"]["mean"] > 0.5
+    assert recall["1"] <= recall["5"] <= recall["20"]
+    # Two steps teach nothing measurable (untrained features already score 95-97% on digits), so no quality claim
+    # here: the CLI's kNN@1 must equal scikit-learn's cosine 1-NN on the checkpoint's own features of the same
+    # 200 / 100 images (the probe itself is checked against scikit-learn in test_vision_eval.py).
+    knn_1, recall_1 = _sklearn_one_nn_accuracy(checkpoint, train_size=200, test_size=100)
+    assert results["knn_accuracy"]["1"] == pytest.approx(knn_1, abs=1e-12)
+    assert recall["1"] == pytest.approx(recall_1, abs=1e-12)
     table = (checkpoint / "results.md").read_text()
     assert "| k | kNN accuracy (%) | label recall@k (%) |" in table and table in capsys.readouterr().out
+
+
+def _sklearn_one_nn_accuracy(checkpoint, *, train_size: int, test_size: int) -> tuple[float, float]:
+    """Cosine 1-NN accuracy of a checkpoint's backbone features, by scikit-learn; twice (kNN@1 = recall@1)."""
+    import torch
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from simcse_weince.vision.augment import evaluation_transform
+    from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
+    from simcse_weince.vision.train import load_pretrained
+
+    model, config = load_pretrained(checkpoint)
+    model.eval()
+    spec = dataset_spec("digits")
+    transform = evaluation_transform(config.image_size, mean=spec.mean, std=spec.std)
+    features = {}
+    for split, limit in (("train", train_size), ("test", test_size)):
+        items = load_image_dataset("digits", split, transform=transform, image_size=config.image_size, limit=limit)
+        images = torch.stack([items[i][0] for i in range(len(items))])
+        with torch.no_grad():
+            features[split] = (model.backbone(images).numpy(), [int(items[i][1]) for i in range(len(items))])
+    classifier = KNeighborsClassifier(n_neighbors=1, metric="cosine").fit(*features["train"])
+    accuracy = classifier.score(*features["test"])
+    return accuracy, accuracy
 
 
 def test_cli_errors(tmp_path, capsys):
