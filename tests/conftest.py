@@ -34,8 +34,16 @@ def one_thread():
 def data_dir() -> Path:
     path = Path(os.environ.get("SIMCSE_WEINCE_DATA_DIR", SHARED_DATA))
     if not path.is_dir():
-        pytest.skip(f"the offline data folder {path} is missing (expected ../shared/data beside the checkout)")
+        message = f"the offline data folder {path} is missing (expected ../shared/data beside the checkout)"
+        if data_required():
+            pytest.fail(f"{message}; CI=true requires it", pytrace=False)
+        pytest.skip(message)
     return path
+
+
+def data_required() -> bool:
+    """Under CI (CI=true) a missing data folder fails the tests that need it: a run without it must not pass."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
 @pytest.fixture(scope="session")
