@@ -153,6 +153,11 @@ def test_link_fit_recovers_theta_and_lambda_and_tests_the_softmax_link():
     assert fit.theta_hat == pytest.approx(8.0, abs=3 * fit.scale_se)
     assert fit.lr_pvalue < 1e-3  # the softmax link alone is rejected
     assert fit.loglik >= fit.softmax_loglik
+    # the LR statistic and its boundary-mixture p-value (0.5 chi2_0 + 0.5 chi2_1), by hand
+    from scipy.stats import chi2
+
+    assert fit.lr_statistic == pytest.approx(2 * (fit.loglik - fit.softmax_loglik), rel=1e-12)
+    assert fit.lr_pvalue == pytest.approx(0.5 * chi2.sf(fit.lr_statistic, df=1), rel=1e-12)
     # Data from the softmax link: lambda = 0 is inside the interval and not rejected.
     scores, winners = _link_draws(rng, 2_000, 16, scale=10.0, mixing=0.0)
     fit = fit_link(scores, winners)

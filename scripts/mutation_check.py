@@ -1,0 +1,280 @@
+"""Plant known bugs in a temporary copy of the package, one at a time, and check the default tests kill each one.
+
+    python scripts/mutation_check.py                 # every mutation
+    python scripts/mutation_check.py --only gate     # the mutations whose name contains "gate"
+    python scripts/mutation_check.py --list          # names, files and test selections
+
+The working tree is copied to a temporary folder (with ``../shared`` linked beside it, so the tests find the real
+data); each mutation replaces one short snippet of a source file (the snippet must occur exactly once, otherwise the
+mutation is reported as NOT APPLIED and the script fails), runs the focused default tests that should catch it with
+``PYTHONPATH`` pointing at the copy and ``CI=true`` (missing data fails rather than skips), and restores the file.
+A mutation is *killed* when those tests fail. The script exits 0 only when every mutation applied and was killed.
+Run it before resolving any issue that changes behaviour; if a planted bug survives, add the missing test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the repository root
+    edits: tuple[tuple[str, str], ...]  # (original snippet, replacement); each original must occur exactly once
+    tests: tuple[str, ...]  # pytest arguments: files, node ids, "-k" expressions
+    why: str
+
+
+CORE, LOSSES, TRAIN = "simcse_weince/weince.py", "simcse_weince/losses.py", "simcse_weince/train.py"
+VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
+HAND = ("tests/test_weince_core.py", "-k", "by_hand")
+BRUTE = ("tests/test_weince_bruteforce.py",)
+
+MUTATIONS = (
+    # ---- the functional core
+    Mutation(
+        "core: gate='rho' and gate='aic' swapped", CORE,
+        (('gate == "rho":\n        return lambda_rho', 'gate == "aic":\n        return lambda_rho'),
+         ('gate == "aic":\n        return lambda_aic', 'gate == "rho":\n        return lambda_aic')),
+        HAND, "issue 13: test_gates only checked both == rho * aic",
+    ),
+    Mutation(
+        "core: simcse positive counted among the negatives of the tail", CORE,
+        (("for offset in layout.not_negative_diagonals:", "for offset in layout.not_negative_diagonals[1:]:"),),
+        BRUTE, "issue 13: every core, reference and loss test passed with it",
+    ),
+    Mutation(
+        "core: burn-in of 0 points", CORE,
+        (("burn_in = max(1, k // 20)\n    n = k - burn_in", "burn_in = max(0, k // 20)\n    n = k - burn_in"),),
+        BRUTE, "spec section 4 step 3",
+    ),
+    Mutation(
+        "core: plotting positions r / k instead of r / (k + 1)", CORE,
+        (("targets = _link_targets(ranks / (k + 1))", "targets = _link_targets(ranks / k)"),),
+        BRUTE, "spec section 4 step 3",
+    ),
+    Mutation(
+        "core: rho_0 index truncated instead of rounded", CORE,
+        (("round(config.quantile * (rho.numel() - 1))", "int(config.quantile * (rho.numel() - 1))"),),
+        HAND, "spec section 5",
+    ),
+    Mutation(
+        "core: estimated beta not clamped above", CORE,
+        (("stats.beta_hat.clamp(config.beta_min, config.beta_max)", "stats.beta_hat.clamp(config.beta_min)"),),
+        BRUTE, "spec section 3: beta-hat clamped to [0.5, 16]",
+    ),
+    Mutation(
+        "core: share of lambda > 0.5 counts lambda = 0.5", CORE,
+        (('"lambda_above_half": (weight > 0.5)', '"lambda_above_half": (weight >= 0.5)'),),
+        HAND, "summarize_statistics values were never checked",
+    ),
+    Mutation(
+        "core: mean beta reported instead of mean beta-hat", CORE,
+        (('"beta_hat_mean": stats["beta_hat"].mean()', '"beta_hat_mean": stats["beta"].mean()'),),
+        HAND, "summarize_statistics values were never checked",
+    ),
+    # ---- the sentence-transformers losses
+    Mutation(
+        "losses: one column, both views from a single dropout sample", LOSSES,
+        (("return _embed_columns(model, sentence_features, separate_first=False)",
+          "return [_embed_columns(model, sentence_features[:1], separate_first=False)[0]] * 2"),),
+        ("tests/test_losses.py", "-k", "fixed_batch"), "issue 13: test_losses.py:84-97 never compared the views",
+    ),
+    Mutation(
+        "losses: extra hard-negative columns dropped", LOSSES,
+        (("candidates = torch.cat(candidate_columns, dim=0)", "candidates = candidate_columns[0]"),),
+        ("tests/test_losses.py", "-k", "mnrl"), "triplets must add negatives",
+    ),
+    Mutation(
+        "losses: InfoNCELoss ignores its temperature", LOSSES,
+        (("return infonce_loss(anchors, candidates, temperature=self.temperature)",
+          "return infonce_loss(anchors, candidates, temperature=1.0)"),),
+        ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
+    ),
+    # ---- the text trainer
+    Mutation(
+        "text trainer: no optimizer.step() and model.eval() instead of model.train()", TRAIN,
+        (("optimizer.step()\n", "pass\n"), ("micro_batches = iter(loader)\n    model.train()",
+                                             "micro_batches = iter(loader)\n    model.eval()")),
+        ("tests/test_train.py", "-k", "fixed_batch"), "issue 13: every trainer test passed with it",
+    ),
+    Mutation(
+        "text trainer: no optimizer.step()", TRAIN, (("optimizer.step()\n", "pass\n"),),
+        ("tests/test_train.py", "-k", "fixed_batch"), "weights must change",
+    ),
+    Mutation(
+        "text trainer: model.eval() instead of model.train() (no dropout views)", TRAIN,
+        (("micro_batches = iter(loader)\n    model.train()", "micro_batches = iter(loader)\n    model.eval()"),),
+        ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
+    ),
+    Mutation(
+        "text trainer: the last step exported instead of the best dev step", TRAIN,
+        (("_load_weights(unwrapped.encoder, best_dir)", "pass"),),
+        ("tests/test_train.py", "-k", "best_dev"), "the best-dev checkpoint is the exported one",
+    ),
+    Mutation(
+        "text trainer: the worst dev step kept as the best", TRAIN,
+        (('score > state["best_stsb_dev_spearman"]', 'score < state["best_stsb_dev_spearman"]'),),
+        ("tests/test_train.py", "-k", "best_dev"), "model selection on STS-B dev",
+    ),
+    # ---- the vision trainer and adapter
+    Mutation(
+        "vision trainer: no optimizer.step()", VISION_TRAIN, (("optimizer.step()\n", "pass\n"),),
+        ("tests/test_vision_train.py", "-k", "fixed_batch"), "weights must change",
+    ),
+    Mutation(
+        "vision adapter: both SimCLR views are the same augmentation", AUGMENT,
+        (("return self.transform(image), self.transform(image)",
+          "view = self.transform(image)\n        return view, view"),),
+        ("tests/test_vision_train.py", "-k", "two_views"), "two views of one image must differ",
+    ),
+    Mutation(
+        "vision adapter: NT-Xent ignores its temperature", VISION_TRAIN,
+        (('infonce_loss(z1, z2, temperature=self.temperature, geometry="simclr")',
+          'infonce_loss(z1, z2, temperature=1.0, geometry="simclr")'),),
+        ("tests/test_vision_train.py", "-k", "objective_matches"), "the vision objective is the core loss",
+    ),
+    # ---- evaluation and diagnostics
+    Mutation(
+        "evaluation: Pearson reported as Spearman", "simcse_weince/evaluation/scoring.py",
+        (("spearman = float(spearmanr(predictions, references)[0])",
+          "spearman = float(pearsonr(predictions, references)[0])"),),
+        ("tests/test_evaluation.py", "-k", "callable"), "test_evaluation.py:362 accepted any value in (-100, 100)",
+    ),
+    Mutation(
+        "evaluation: STS-B pairs read as (sentence1, sentence1)", "simcse_weince/evaluation/data.py",
+        (("sentences2.append(row[6])", "sentences2.append(row[5])"),),
+        ("tests/test_evaluation.py", "-k", "callable"), "the raw STS-B file layout",
+    ),
+    Mutation(
+        "diagnostics: link LR statistic without the factor 2", "simcse_weince/diagnostics/link.py",
+        (("lr_statistic = max(2.0 * (loglik - softmax_loglik), 0.0)",
+          "lr_statistic = max(1.0 * (loglik - softmax_loglik), 0.0)"),),
+        ("tests/test_diagnostics.py", "-k", "link_fit_recovers"), "likelihood-ratio test of lambda = 0",
+    ),
+    Mutation(
+        "diagnostics: kNN vote ignores the temperature", "simcse_weince/vision/evaluate.py",
+        (("weights = (similarities / temperature).exp()", "weights = similarities.exp()"),),
+        ("tests/test_vision_eval.py", "-k", "knn"), "weighted kNN evaluation of frozen features",
+    ),
+    # ---- distributed
+    Mutation(
+        "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
+        (("dist.all_reduce(grad)\n", "pass\n"),),
+        ("tests/test_distributed_loss.py",), "the global-batch gradient needs every process's share",
+    ),
+)
+
+
+def copy_tree(destination: Path) -> Path:
+    """The working tree (no .git, no build or run outputs) in ``destination/repo``, with ``../shared`` linked."""
+    ignore = shutil.ignore_patterns(".git", "runs", "__pycache__", "*.egg-info", ".ruff_cache", ".pytest_cache")
+    repo = destination / "repo"
+    shutil.copytree(REPO_ROOT, repo, ignore=ignore, symlinks=True)
+    shared = (REPO_ROOT / ".." / "shared").resolve()
+    if shared.is_dir():
+        (destination / "shared").symlink_to(shared, target_is_directory=True)
+    return repo
+
+
+def apply(mutation: Mutation, repo: Path) -> str | None:
+    """Write the mutated file; returns the original text, or None (with a loud message) when a snippet is off."""
+    target = repo / mutation.path
+    original = target.read_text(encoding="utf-8")
+    mutated = original
+    for snippet, replacement in mutation.edits:
+        count = mutated.count(snippet)
+        if count != 1:
+            print(f"  NOT APPLIED: {mutation.path} holds {count} copies of {snippet!r} (expected exactly 1)")
+            return None
+        mutated = mutated.replace(snippet, replacement)
+    target.write_text(mutated, encoding="utf-8")
+    return original
+
+
+def run_tests(mutation: Mutation, repo: Path, timeout: float) -> tuple[str, float]:
+    env = dict(os.environ, CI="true", PYTHONPATH=str(repo), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("SIMCSE_WEINCE_DATA_DIR", None)  # the copy finds ../shared/data itself
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests]
+    start = time.perf_counter()
+    try:
+        completed = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "TIMEOUT", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if completed.returncode == 0:
+        return "SURVIVED", seconds
+    if completed.returncode == 1:
+        return "killed", seconds
+    tail = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-5:])
+    return f"ERROR (pytest exit {completed.returncode}):\n{tail}", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=None, help="run the mutations whose name contains this text")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per mutation's tests (default 600)")
+    parser.add_argument("--no-sanity", action="store_true", help="skip the run of every selection without bugs")
+    args = parser.parse_args(argv)
+    mutations = [m for m in MUTATIONS if args.only is None or args.only.lower() in m.name.lower()]
+    if args.list:
+        for mutation in mutations:
+            print(f"{mutation.name}\n    {mutation.path}: {' '.join(mutation.tests)}  ({mutation.why})")
+        return 0
+    if not mutations:
+        print(f"no mutation matches {args.only!r}", file=sys.stderr)
+        return 2
+
+    wall_start = time.perf_counter()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="mutation-check-") as folder:
+        repo = copy_tree(Path(folder))
+        print(f"copied {REPO_ROOT} to {repo}; {len(mutations)} mutations", flush=True)
+        if not args.no_sanity:  # a selection that fails without any bug would "kill" every mutation
+            selections = sorted({m.tests for m in mutations})
+            for tests in selections:
+                outcome, seconds = run_tests(Mutation("sanity", "", (), tests, ""), repo, args.timeout)
+                if outcome != "SURVIVED":
+                    print(f"SANITY FAILED: {' '.join(tests)} does not pass on the unmutated copy: {outcome}")
+                    return 1
+            print(f"sanity: the {len(selections)} test selections pass without bugs "
+                  f"({time.perf_counter() - wall_start:.0f} s)", flush=True)
+        for index, mutation in enumerate(mutations, 1):
+            print(f"[{index}/{len(mutations)}] {mutation.name}", flush=True)
+            original = apply(mutation, repo)
+            if original is None:
+                results.append((mutation, "NOT APPLIED", 0.0))
+                continue
+            try:
+                outcome, seconds = run_tests(mutation, repo, args.timeout)
+            finally:
+                (repo / mutation.path).write_text(original, encoding="utf-8")
+            print(f"  {outcome} in {seconds:.0f} s by {' '.join(mutation.tests)}", flush=True)
+            results.append((mutation, outcome, seconds))
+
+    killed = sum(outcome in ("killed", "TIMEOUT") for _, outcome, _ in results)
+    wall = time.perf_counter() - wall_start
+    print("\n| mutation | file | result | seconds |\n|---|---|---|---:|")
+    for mutation, outcome, seconds in results:
+        print(f"| {mutation.name} | {mutation.path} | {outcome.splitlines()[0]} | {seconds:.0f} |")
+    print(f"\n{killed}/{len(results)} killed ({100 * killed / len(results):.0f}%); wall time {wall:.0f} s")
+    not_applied = [m.name for m, outcome, _ in results if outcome == "NOT APPLIED"]
+    if not_applied:
+        print(f"NOT APPLIED ({len(not_applied)}): the anchors moved; update them: {'; '.join(not_applied)}")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
