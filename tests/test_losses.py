@@ -113,7 +113,9 @@ def test_infonce_loss_equals_mnrl_on_pairs_and_triplets(fresh_minilm, wiki_sente
 
             zero = weince_loss(embeddings[0], torch.cat(embeddings[1:]), temperature=0.05, mixing_weight=0.0)
         assert abs(ours.item() - expected.item()) <= 1e-6
-        assert abs(zero.item() - expected.item()) <= 1e-6
+        # one forward per column here, one merged forward in MNRL: float32 embeddings differ in the last digits
+        # (measured 1.4e-6 apart in the loss with OMP_NUM_THREADS=1)
+        assert abs(zero.item() - expected.item()) <= 1e-5
         assert forced.get_config_dict()["temperature"] == 0.05
 
 
