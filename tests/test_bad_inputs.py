@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import make_tiny_model, write_train_file
+from train_helpers import cli_command, make_tiny_model, subprocess_env, write_train_file
 
 from simcse_weince.cli import main
 from simcse_weince.train import TrainConfig, preset, train
@@ -318,3 +321,168 @@ def test_api_bad_input(case, world):
 
 def test_the_table_has_at_least_40_cases():
     assert len(CASES) + len(API_CASES) >= 40
+
+
+# ------------------------------------------------------------------------------- --overwrite keeps the old run
+
+
+def test_overwrite_puts_the_earlier_run_back_when_the_new_one_fails_before_its_first_checkpoint(world, tmp_path):
+    """A failure after the output folder was claimed (here: the STS-B files vanish before the first evaluation)
+    restores the earlier run byte for byte."""
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    before = tree_digest(run)
+    broken_data = tmp_path / "data"
+    (broken_data / "stsbenchmark").mkdir(parents=True)  # present (the up-front check passes) but empty
+    config = preset(
+        "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=4,
+        eval_steps=1, save_steps=2, final_evaluation=False, report_to=["csv"], output_dir=str(run),
+        data_dir=str(broken_data), max_length=16, eval_max_length=16,
+    )  # fmt: skip
+    with pytest.raises(FileNotFoundError):
+        train(config, overwrite=True)
+    assert tree_digest(run) == before
+    assert not (tmp_path / ".run.previous-run").exists()
+
+
+def test_a_model_inside_the_output_folder_can_be_retrained_with_overwrite(world, tmp_path):
+    """The run's own exported model as the base model of a new run in the same folder: loaded first, then the
+    folder is replaced; the earlier run is gone only once the new one has its first checkpoint."""
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    code = main(["train", *world["flags"], "--model", str(run), "--output-dir", str(run), "--overwrite",
+                 "--max-steps", "3"])  # fmt: skip
+    assert code == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["total_steps"] == 3 and results["config"]["model"] == str(run)
+    assert [path.name for path in sorted((run / "checkpoints").glob("step-*"))] == ["step-0000002"]
+    assert not (tmp_path / ".run.previous-run").exists()
+
+
+def test_a_run_left_aside_by_a_killed_overwrite_start_is_never_deleted(world, tmp_path, capsys):
+    run, previous = tmp_path / "run", tmp_path / ".run.previous-run"
+    shutil.copytree(world["run"], previous)
+    run.mkdir()
+    assert main(["train", *world["flags"], "--output-dir", str(run), "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert f"{previous} holds the earlier run of {run}" in err and f"mv {previous} {run}" in err
+    assert tree_digest(previous) == world["digest"]
+
+
+# ------------------------------------------------------------------------------------- damaged checkpoints
+
+DAMAGED_FILES = ["model.safetensors", "optimizer.bin", "scheduler.bin", "random_states_0.pkl", "trainer_state.json"]
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # one flipped byte, same size
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
+
+
+def _copy_run(world, tmp_path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(world["run"], run)
+    return run
+
+
+def _resume(run: Path, resume=True) -> dict:
+    from simcse_weince.train import apply_overrides, load_config
+
+    config = apply_overrides(load_config(run / "training_config.yaml"), {"output_dir": str(run)})
+    return train(config, resume=resume)
+
+
+# every kind of file cut short, and one same-size corruption (only the sha256 can see it)
+DAMAGES = [(name, "truncated") for name in DAMAGED_FILES] + [("model.safetensors", "flipped")]
+
+
+@pytest.mark.parametrize(("name", "how"), DAMAGES, ids=[f"{name}-{how}" for name, how in DAMAGES])
+def test_resume_falls_back_to_the_newest_intact_checkpoint(world, tmp_path, caplog, name, how):
+    run = _copy_run(world, tmp_path)
+    damaged = run / "checkpoints" / "step-0000004" / name
+    _damage(damaged, how)
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        results = _resume(run)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert any(str(damaged) in message and "step-0000002, the newest intact one" in message for message in warnings)
+    # the same numbers as the uninterrupted run: the steps after the intact checkpoint are trained again exactly
+    assert results["resumed_from_step"] == 2
+    assert [entry["loss"] for entry in results["history"]] == pytest.approx(
+        [entry["loss"] for entry in world["history"]], abs=1e-6
+    )
+
+
+@pytest.mark.parametrize("name", DAMAGED_FILES)
+def test_resume_from_a_named_damaged_checkpoint_stops_and_names_the_intact_one(world, tmp_path, capsys, name):
+    run = _copy_run(world, tmp_path)
+    damaged = run / "checkpoints" / "step-0000004" / name
+    _damage(damaged, "truncated")
+    before = tree_digest(run)
+    checkpoint = run / "checkpoints" / "step-0000004"
+    assert main(["train", *world["flags"], "--output-dir", str(run), "--resume", str(checkpoint)]) == 1
+    err = capsys.readouterr().err
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    intact = run / "checkpoints" / "step-0000002"
+    assert f"checkpoint {checkpoint} is damaged: {damaged}" in line
+    assert f"the newest intact checkpoint is {intact}: resume from it with --resume {intact}" in line
+    assert "Traceback" not in err and tree_digest(run) == before
+
+
+def test_resume_with_every_checkpoint_damaged_stops(world, tmp_path, capsys):
+    run = _copy_run(world, tmp_path)
+    for step in ("step-0000002", "step-0000004"):
+        _damage(run / "checkpoints" / step / "optimizer.bin", "truncated")
+    before = tree_digest(run)
+    assert main(["train", *world["flags"], "--output-dir", str(run), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "step-0000004/optimizer.bin has" in err and "no intact checkpoint is left" in err
+    assert tree_digest(run) == before
+
+
+def test_checkpoints_without_a_manifest_are_checked_by_loading_their_files(world, tmp_path, caplog):
+    """Checkpoints saved before manifests existed: a damaged file is still found (by loading it) and named."""
+    run = _copy_run(world, tmp_path)
+    for step in ("step-0000002", "step-0000004"):
+        (run / "checkpoints" / step / "manifest.json").unlink()
+    damaged = run / "checkpoints" / "step-0000004" / "optimizer.bin"
+    _damage(damaged, "truncated")
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        results = _resume(run)
+    messages = " ".join(record.getMessage() for record in caplog.records)
+    assert "has no manifest.json" in messages and f"{damaged} cannot be read" in messages
+    assert results["resumed_from_step"] == 2
+    assert [entry["loss"] for entry in results["history"]] == pytest.approx(
+        [entry["loss"] for entry in world["history"]], abs=1e-6
+    )
+
+
+def test_checkpoint_manifest_lists_every_file_with_size_and_sha256(world):
+    checkpoint = world["run"] / "checkpoints" / "step-0000004"
+    manifest = json.loads((checkpoint / "manifest.json").read_text())["files"]
+    assert set(manifest) == set(DAMAGED_FILES)
+    for name, entry in manifest.items():
+        data = (checkpoint / name).read_bytes()
+        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+# ------------------------------------------------------------------------------------ end to end, in a process
+
+
+def test_the_command_exits_1_with_one_line_and_shows_the_traceback_only_with_debug(world):
+    argv = ["train", *world["flags"], "--model", "/typo/model", "--output-dir", str(world["run"]), "--overwrite"]
+    plain = subprocess.run(cli_command(*argv), env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 1
+    expected = "model folder /typo/model not found; pass an existing folder or a Hub id (org/name)"
+    assert plain.stderr.strip().splitlines()[-1] == f"simcse-weince train: error: {expected}"
+    assert "Traceback" not in plain.stderr
+    debug = subprocess.run(cli_command(*argv, "--debug"), env=subprocess_env(), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert debug.returncode == 1 and "Traceback" in debug.stderr and "FileNotFoundError" in debug.stderr
+    usage = subprocess.run(cli_command("train", "--preset", "huge"), env=subprocess_env(), capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert usage.returncode == 2 and "invalid choice: 'huge'" in usage.stderr
+    assert tree_digest(world["run"]) == world["digest"]
