@@ -923,6 +923,12 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
     )
     is_main = accelerator.is_main_process
+    if config.mixed_precision == "fp16" and accelerator.device.type == "cpu":  # Accelerate would train in fp32
+        raise ValueError("mixed_precision fp16 needs a GPU; on the CPU use --mixed-precision bf16 or no")
+    if config.loss == "infonce" and config.weince != WeinceConfig():
+        changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
+        not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
+        logger.warning("%s", not_applied["weince"])
     checkpoint = prepare_output_dir(output_dir, resume, overwrite, is_main)
     accelerator.wait_for_everyone()
     set_seed(config.seed)  # before the model: the MLP head's initialisation depends on it

@@ -38,8 +38,8 @@ def _matches(value, hint) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return any(_matches(value, arg) for arg in args)
-    if origin is typing.Literal:
-        return isinstance(value, str) and value in args
+    if origin is typing.Literal:  # the right type; whether the value is allowed is the class's own check
+        return isinstance(value, type(args[0]))
     if origin is tuple:
         return isinstance(value, (tuple, list)) and all(_matches(item, args[0]) for item in value)
     if hint is type(None):

@@ -148,6 +148,8 @@ CASES = [
     T("report-to-wandb", "--report-to", "wandb", "--output-dir", "{root}/new", expect="unknown report_to"),
     T("max-steps-0", "--max-steps", "0", "--output-dir", "{root}/new", expect="max_steps must be >= 1"),
     T("warmup-negative", "--warmup-steps", "-1", "--output-dir", "{root}/new", expect="warmup_steps must be >= 0"),
+    T("fp16-on-cpu", "--mixed-precision", "fp16", "--cpu", "--output-dir", "{run}", "--overwrite",
+      expect="mixed_precision fp16 needs a GPU"),
     T("output-dir-is-a-file", "--output-dir", SENTENCES, expect="sentences.txt is a file"),
     T("resume-without-run", "--output-dir", "{root}/new", "--resume", expect="holds no simcse-weince run"),
     T("resume-missing-checkpoint", "--output-dir", "{run}", "--resume", "{root}/nope",
@@ -191,6 +193,10 @@ CASES = [
          "temperature and learning_rate must be > 0"),
     Case("vision-train-size-0", ["vision", "train", "--train-size", "0", "--output-dir", "{root}/v"],
          "train_size must be >= 1"),
+    Case("vision-vit-layers-on-resnet", ["vision", "train", "--vit-layers", "2", "--output-dir", "{root}/v"],
+         "vit_layers applies to ViT backbones only"),
+    Case("vision-stem-on-vit", ["vision", "train", "--backbone", "vit_small", "--stem", "cifar", "--output-dir",
+                                "{root}/v"], "stem applies to ResNet backbones only"),
     Case("vision-beta-text", ["vision", "train", "--beta", "big", "--output-dir", "{root}/v"], "--beta", 2),
     Case("vision-eval-missing-checkpoint", ["vision", "eval", "{root}/nope"], "no checkpoint at"),
     Case("vision-eval-probe-epochs-0", ["vision", "eval", "{run}", "--probe-epochs", "0"],
@@ -486,3 +492,22 @@ def test_the_command_exits_1_with_one_line_and_shows_the_traceback_only_with_deb
                            text=True, timeout=300)  # fmt: skip
     assert usage.returncode == 2 and "invalid choice: 'huge'" in usage.stderr
     assert tree_digest(world["run"]) == world["digest"]
+
+
+def test_settings_that_cannot_take_effect_are_recorded_as_not_applied(world, tmp_path, caplog):
+    """WEINCE settings with the InfoNCE loss: a warning, and results.json lists them under not_applied."""
+    settings = dict(
+        model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2, eval_steps=0,
+        final_evaluation=False, report_to=["csv"], output_dir=str(tmp_path / "run"), max_length=16,
+        eval_max_length=16, loss="infonce", weince={"quantile": 0.3},
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        results = train(preset("paper", **settings))
+    assert "the WEINCE settings quantile have no effect" in caplog.text
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert (
+        on_disk["not_applied"]
+        == results["not_applied"]
+        == {"weince": "loss=infonce: the WEINCE settings quantile have no effect"}
+    )
+    assert "WEINCE settings" not in (tmp_path / "run" / "README.md").read_text()

@@ -83,6 +83,11 @@ class VisionTrainConfig:
         for name in ("image_size", "vit_layers", "train_size", "save_every"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (or None), got {getattr(self, name)}")
+        # options that would be silently ignored by this combination are refused
+        if self.vit_layers is not None and not self.backbone.startswith("vit"):
+            raise ValueError(f"vit_layers applies to ViT backbones only, not {self.backbone!r}; leave it unset")
+        if self.stem != "auto" and self.backbone.startswith("vit"):
+            raise ValueError(f"stem applies to ResNet backbones only, not {self.backbone!r}; leave it at 'auto'")
         for name in ("weight_decay", "num_workers", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
