@@ -394,7 +394,7 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if not path.is_file():
         raise FileNotFoundError(f"training file {path} not found")
     if path.stat().st_size == 0:
-        raise ValueError(f"training file {path} is empty")
+        raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
     dataset = load_dataset("text", data_files=str(path), split="train")
     sentences = dataset.filter(lambda batch: [bool(text.strip()) for text in batch["text"]], batched=True)

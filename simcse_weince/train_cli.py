@@ -155,11 +155,10 @@ def push_folder(
 
     Raises clear RuntimeErrors when the Hub is offline, no token is available, or the upload fails.
     """
+    import re
     from pathlib import Path
 
     from simcse_weince.paths import hub_is_offline
-
-    import re
 
     folder = Path(directory)
     if not folder.is_dir():

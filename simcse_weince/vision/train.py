@@ -77,7 +77,9 @@ class VisionTrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size < 2:
-            raise ValueError("batch_size must be >= 2 (the other images of the batch are the negatives)")
+            raise ValueError(
+                f"batch_size must be >= 2 (the other images of the batch are the negatives), got {self.batch_size}"
+            )
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         for name in ("image_size", "vit_layers", "train_size", "save_every"):
@@ -91,8 +93,9 @@ class VisionTrainConfig:
         for name in ("weight_decay", "num_workers", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not (self.temperature > 0 and self.learning_rate > 0):
-            raise ValueError("temperature and learning_rate must be > 0")
+        for name in ("temperature", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
