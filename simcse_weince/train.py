@@ -256,6 +256,8 @@ def convert_value(value, hint, name: str = "value"):
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be a number, got {value!r}") from None
     if hint is str:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string, got {value!r}")
         return value

@@ -57,11 +57,14 @@ def _matches(value, hint) -> bool:
 
 def check_field_types(instance) -> None:
     """Raise TypeError naming the field when a dataclass field holds a value of the wrong type (``quantile="0.3"``),
-    and ValueError when a number field is NaN or infinite."""
+    and ValueError when a number field is NaN or infinite. A Path given for a str field becomes its str."""
     hints = typing.get_type_hints(type(instance))
     owner = type(instance).__name__
     for field in dataclasses.fields(instance):
         value, hint = getattr(instance, field.name), hints[field.name]
+        if isinstance(value, os.PathLike) and _matches("", hint):  # a Path where a str is expected: keep it as str
+            value = os.fspath(value)
+            setattr(instance, field.name, value)
         if not _matches(value, hint):
             raise TypeError(f"{owner}.{field.name} must be {_describe(hint)}, got {value!r} ({type(value).__name__})")
         if isinstance(value, float) and not math.isfinite(value):

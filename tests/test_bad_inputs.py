@@ -208,8 +208,6 @@ CASES = [
     Case("push-bad-repo-id", ["push", "{run}", "me/my model!"], "invalid repository id 'me/my model!'"),
     Case("push-offline", ["push", "{run}", "me/model"], "the Hugging Face Hub is offline",
          env={"HF_HUB_OFFLINE": "1"}),
-    Case("push-no-token", ["push", "{run}", "me/model"], "no Hugging Face token",
-         env={**dict.fromkeys(OFFLINE_VARIABLES), "HF_TOKEN": None, "HF_HOME": "{root}/hf-home"}),
 ]  # fmt: skip
 
 
