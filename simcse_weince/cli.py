@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="simcse-weince",
         description="Train and evaluate sentence/image encoders with WEINCE (extreme-value corrected InfoNCE).",
+        epilog="Errors print one line; add --debug (anywhere) for the full traceback.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     registered = set()
@@ -40,6 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a sub-command; returns the exit code: 0, 1 for an error (one line on stderr), 2 for bad usage.
+
+    ``--debug`` (anywhere on the command line) or SIMCSE_WEINCE_DEBUG=1 shows the traceback instead.
+    """
+    import os
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("SIMCSE_WEINCE_DEBUG"))
+    argv = [arg for arg in argv if arg != "--debug"]
+    _show_library_warnings()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -50,15 +61,43 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as error:
-        # Clear one-line messages for user errors; set SIMCSE_WEINCE_DEBUG=1 for the traceback.
-        import os
-
-        if os.environ.get("SIMCSE_WEINCE_DEBUG"):
+    except Exception as error:
+        if debug:
             raise
-        print(f"simcse-weince {args.command}: error: {error}", file=sys.stderr)
+        print(f"simcse-weince {args.command}: error: {error_line(error)}", file=sys.stderr)
         return 1
     return int(result or 0)
+
+
+def _show_library_warnings() -> None:
+    """The library logs through ``logging``; the CLI prints its warnings as ``warning: ...`` lines."""
+    import logging
+
+    class StderrHandler(logging.Handler):
+        def emit(self, record):
+            print(self.format(record), file=sys.stderr)
+
+    logger = logging.getLogger("simcse_weince")
+    if not any(type(handler).__name__ == "StderrHandler" for handler in logger.handlers):
+        handler = StderrHandler()
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        logger.addHandler(handler)
+
+
+#: exceptions whose message is written for the user; any other one is named by its type
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError)
+
+
+def error_line(error: BaseException) -> str:
+    """One line for an exception: its message (user errors) or its type and message, with the hint to use
+    --debug for anything that looks like a bug."""
+    text = " ".join(part.strip() for part in str(error).splitlines() if part.strip()) or type(error).__name__
+    if isinstance(error, (*USER_ERRORS, RuntimeError)):
+        return text
+    if isinstance(error, OSError):
+        return f"{type(error).__name__}: {text}"
+    return f"{type(error).__name__}: {text} (rerun with --debug for the traceback)"
 
 
 if __name__ == "__main__":

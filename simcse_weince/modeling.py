@@ -52,6 +52,20 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def looks_like_local_path(name: str) -> bool:
+    """True for names that can only be a local folder (``/x``, ``./x``, ``~/x``, ``a/b/c``): a Hub id is
+    ``name`` or ``org/name``. Such a name that does not exist is a missing folder, not a malformed Hub id."""
+    import os
+
+    return (
+        Path(name).is_absolute()
+        or name.startswith((".", "~"))
+        or name.count("/") > 1
+        or (os.sep != "/" and os.sep in name)
+        or name.endswith("/")
+    )
+
+
 def hub_id_of(model: str) -> str | None:
     """The Hugging Face Hub id of a model name, or None for a local folder (used by the model card)."""
     if model in BUNDLED_MODELS:
@@ -120,20 +134,39 @@ class SimCSEModel(nn.Module):
         from simcse_weince.paths import hub_is_offline
 
         path = resolve_model_path(model)
-        try:
-            config = AutoConfig.from_pretrained(path)
-            for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-                if dropout is not None and hasattr(config, name):
-                    setattr(config, name, dropout)
-            encoder = AutoModel.from_pretrained(path, config=config)
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as error:
+        if looks_like_local_path(path) and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"model folder {path} not found; pass an existing folder or a Hub id (org/name)")
+        if Path(path).expanduser().is_file():
+            raise ValueError(f"model {path} is a file; pass the folder that holds config.json, or a Hub id")
+
+        def loading_error(error: Exception) -> RuntimeError:
             hint = (
                 " The Hugging Face Hub is offline (HF_HUB_OFFLINE=1): pass a local folder or a model in the cache."
                 if hub_is_offline() and not Path(path).exists()
                 else ""
             )
-            raise RuntimeError(f"cannot load the model {model!r}: {str(error).splitlines()[0]}{hint}") from error
+            return RuntimeError(f"cannot load the model {model!r}: {str(error).splitlines()[0]}{hint}")
+
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as error:
+            raise loading_error(error) from error
+        dropout_fields = [
+            name for name in ("hidden_dropout_prob", "attention_probs_dropout_prob") if hasattr(config, name)
+        ]
+        if dropout is not None and not dropout_fields:  # refuse rather than record a dropout that is never applied
+            raise ValueError(
+                f"dropout cannot be set on {model!r} ({type(config).__name__} has no hidden_dropout_prob / "
+                "attention_probs_dropout_prob); leave --dropout unset"
+            )
+        for name in dropout_fields:
+            if dropout is not None:
+                setattr(config, name, dropout)
+        try:
+            encoder = AutoModel.from_pretrained(path, config=config)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as error:
+            raise loading_error(error) from error
         if max_seq_length is None:
             max_seq_length = default_max_seq_length(path, tokenizer)
         return cls(encoder, tokenizer, pooler=pooler, max_seq_length=max_seq_length)

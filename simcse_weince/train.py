@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import math
 import os
 import shutil
@@ -40,12 +41,20 @@ import torch
 
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
+from simcse_weince.validation import check_utf8_text_file
 from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
 
+logger = logging.getLogger(__name__)
+
 LOSSES = ("weince", "infonce")
+#: the transformers.get_scheduler names that work from (warmup, total steps) alone and step without a metric
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt")  # fmt: skip
 STS_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 CONFIG_FILE = "training_config.yaml"  # the resolved config; its presence marks a folder as one of our runs
 CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"  # sizes and sha256 of a checkpoint's files, checked on --resume
+PREVIOUS_RUN_SUFFIX = ".previous-run"  # .<output_dir>.previous-run: the run --overwrite replaces, until replaced
 #: the statistics of the WEINCE mixing weight logged every step (same names as WeinceLoss.last_diagnostics)
 LAMBDA_STATISTICS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
 #: SimCSE's corpus, fetched from the Hub when it is not in the data directory and the Hub is reachable
@@ -84,7 +93,7 @@ class TrainConfig:
     batch_size: int = 64
     gradient_accumulation_steps: int = 1
     learning_rate: float = 3e-5
-    lr_scheduler: str = "linear"  # any transformers.get_scheduler name
+    lr_scheduler: str = "linear"  # one of LR_SCHEDULERS (transformers.get_scheduler names)
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float | None = 1.0  # SimCSE trains with the HF Trainer, which clips at 1.0
@@ -102,7 +111,7 @@ class TrainConfig:
     final_evaluation: bool = True  # False: no scores at the end (benchmarks, quick experiments)
     # checkpoints and logging
     save_steps: int = 250  # 0: no checkpoints (Ctrl-C still saves one)
-    save_total_limit: int = 1  # step checkpoints kept (the best model is kept separately)
+    save_total_limit: int = 1  # step checkpoints kept, >= 1 (the best model is kept separately)
     logging_steps: int = 1
     report_to: tuple[str, ...] = ("csv", "tensorboard")
     num_workers: int = 0  # DataLoader workers (tokenisation happens once, up front)
@@ -117,7 +126,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         from simcse_weince.modeling import POOLERS
+        from simcse_weince.validation import check_field_types
 
+        check_field_types(self)  # batch_size="32" -> TypeError naming the field, not a failed comparison
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
         if self.pooler not in POOLERS:
@@ -135,7 +146,23 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_steps", "save_steps", "warmup_steps", "save_total_limit", "num_workers"):
+        if self.save_total_limit < 1:  # 0 would keep no checkpoint to resume from; there is save_steps=0 for that
+            raise ValueError(
+                f"save_total_limit must be >= 1 (the step checkpoints kept; --save-steps 0 saves none), "
+                f"got {self.save_total_limit}"
+            )
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ValueError(f"unknown lr_scheduler {self.lr_scheduler!r}; expected one of {LR_SCHEDULERS}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
+        if self.eval_max_length is not None and self.eval_max_length < 1:
+            raise ValueError(f"eval_max_length must be >= 1 (or None: the model's), got {self.eval_max_length}")
+        for name in ("model", "train_file", "output_dir"):
+            if not getattr(self, name).strip():
+                raise ValueError(f"{name} is empty")
+        for name in ("eval_steps", "save_steps", "warmup_steps", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_steps is not None and self.max_steps < 1:
@@ -229,6 +256,8 @@ def convert_value(value, hint, name: str = "value"):
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be a number, got {value!r}") from None
     if hint is str:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
         if not isinstance(value, str):
             raise ValueError(f"{name} must be a string, got {value!r}")
         return value
@@ -274,8 +303,24 @@ def read_config_file(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} not found")
-    text = path.read_text(encoding="utf-8")
-    values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"config file {path} is not UTF-8 text (invalid byte at offset {error.start}); save it as UTF-8"
+        ) from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    try:
+        values = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"config file {path} is not valid YAML: {problem}{where}; fix the file") from None
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -351,7 +396,8 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if not path.is_file():
         raise FileNotFoundError(f"training file {path} not found")
     if path.stat().st_size == 0:
-        raise ValueError(f"training file {path} is empty")
+        raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
+    check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
     dataset = load_dataset("text", data_files=str(path), split="train")
     sentences = dataset.filter(lambda batch: [bool(text.strip()) for text in batch["text"]], batched=True)
     skipped = len(dataset) - len(sentences)
@@ -529,30 +575,53 @@ def make_csv_tracker(logging_dir: Path):
     return CSVTracker()
 
 
-def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool) -> Path | None:
-    """Check the output directory; return the checkpoint to resume from (None for a fresh start).
+def previous_run_dir(output_dir: Path) -> Path:
+    """Where ``--overwrite`` keeps the earlier run until the new one has saved its first checkpoint (a sibling,
+    so the move is a rename on the same file system)."""
+    return output_dir.with_name(f".{output_dir.name}{PREVIOUS_RUN_SUFFIX}")
 
-    Nothing already saved is deleted unless ``overwrite`` is set, and even then only a folder holding one of
-    our runs (marked by its training_config.yaml) or an empty folder.
+
+def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool) -> Path | None:
+    """Check the output directory; return the (verified) checkpoint to resume from (None for a fresh start).
+
+    Touches nothing: the folder is claimed by :func:`claim_output_dir` once every input has loaded. Even with
+    ``overwrite`` only a folder holding one of our runs (marked by its training_config.yaml) or an empty folder
+    may be replaced.
     """
     has_run = (output_dir / CONFIG_FILE).is_file()
     non_empty = output_dir.is_dir() and any(output_dir.iterdir())
     if output_dir.exists() and not output_dir.is_dir():
-        raise FileExistsError(f"output directory {output_dir} is a file")
+        raise FileExistsError(f"output directory {output_dir} is a file; choose another --output-dir")
+    previous = previous_run_dir(output_dir)
+    if previous.exists():
+        raise FileExistsError(
+            f"{previous} holds the earlier run of {output_dir}, kept aside by an --overwrite start that stopped "
+            f"before its first checkpoint; restore it (rm -rf {output_dir} && mv {previous} {output_dir}) or "
+            f"delete it, then start again"
+        )
     if resume:
         if not has_run:
             raise FileNotFoundError(f"--resume: {output_dir} holds no simcse-weince run ({CONFIG_FILE} is missing)")
         if resume is True or resume == "latest":
-            checkpoint = latest_checkpoint(output_dir)
+            checkpoint = newest_intact_checkpoint(output_dir)
             if checkpoint is None and is_main:
                 print(
                     f"--resume: no checkpoint in {output_dir / CHECKPOINTS} yet; starting from step 0",
                     file=sys.stderr,
                 )
             return checkpoint
-        checkpoint = Path(resume)
-        if not (checkpoint / "trainer_state.json").is_file():
-            raise FileNotFoundError(f"--resume: {checkpoint} is not a checkpoint (no trainer_state.json)")
+        checkpoint = Path(resume).expanduser()
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
+        problems = verify_checkpoint(checkpoint)
+        if problems:
+            intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
+            hint = (
+                f"the newest intact checkpoint is {intact}: resume from it with --resume {intact}"
+                if intact is not None
+                else f"no intact checkpoint is left in {output_dir / CHECKPOINTS}: start again with --overwrite"
+            )
+            raise ValueError(f"--resume: checkpoint {checkpoint} is damaged: {problems[0]}; {hint}")
         return checkpoint
     if non_empty and not overwrite:
         what = "a simcse-weince run" if has_run else "files"
@@ -565,20 +634,165 @@ def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool)
             f"output directory {output_dir} holds files that are not a simcse-weince run; refusing to delete them "
             f"even with --overwrite: choose another --output-dir"
         )
-    if non_empty and is_main:
-        shutil.rmtree(output_dir)
     return None
 
 
+def claim_output_dir(output_dir: Path, resume) -> Path | None:
+    """Make the output folder the new run's (main process, once every input has loaded and the resume
+    checkpoint is in memory). An earlier run replaced with ``--overwrite`` is moved aside, not deleted; it is
+    returned, and deleted by the first :func:`save_checkpoint` or at the end of training. A start that fails
+    before then puts it back (:func:`restore_previous_run`)."""
+    previous = None
+    if not resume and output_dir.is_dir() and any(output_dir.iterdir()):
+        previous = previous_run_dir(output_dir)
+        os.replace(output_dir, previous)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return previous
+
+
+def release_previous_run(output_dir: Path) -> None:
+    """The new run has started (a checkpoint or the export exists): the run it replaced can go."""
+    shutil.rmtree(previous_run_dir(output_dir), ignore_errors=True)
+
+
+def restore_previous_run(output_dir: Path) -> bool:
+    """Put back the run that a failed ``--overwrite`` start moved aside; True when there was one."""
+    previous = previous_run_dir(output_dir)
+    if not previous.is_dir():
+        return False
+    shutil.rmtree(output_dir, ignore_errors=True)
+    os.replace(previous, output_dir)
+    return True
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The step checkpoints of a run, newest first (finished ones only: a save in progress ends in .tmp)."""
+    return sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"), reverse=True)
+
+
 def latest_checkpoint(output_dir: Path) -> Path | None:
-    checkpoints = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))
-    checkpoints = [path for path in checkpoints if (path / "trainer_state.json").is_file()]
-    return checkpoints[-1] if checkpoints else None
+    checkpoints = [path for path in list_checkpoints(output_dir) if (path / "trainer_state.json").is_file()]
+    return checkpoints[0] if checkpoints else None
+
+
+def newest_intact_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint whose files pass :func:`verify_checkpoint`; damaged newer ones are named in a
+    warning. Raises ValueError when there are checkpoints and none is intact."""
+    damaged = []
+    for checkpoint in list_checkpoints(output_dir):
+        problems = verify_checkpoint(checkpoint)
+        if not problems:
+            for path, problem in damaged:
+                logger.warning(
+                    "checkpoint %s is damaged (%s); resuming from %s, the newest intact one (the steps after it "
+                    "are trained again, on the same data with the same dropout masks)",
+                    path,
+                    problem,
+                    checkpoint,
+                )
+            return checkpoint
+        damaged.append((checkpoint, problems[0]))
+    if damaged:
+        path, problem = damaged[0]
+        raise ValueError(
+            f"--resume: checkpoint {path} is damaged: {problem}; no intact checkpoint is left in "
+            f"{output_dir / CHECKPOINTS}: start again with --overwrite (or restore the file)"
+        )
+    return None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: size and sha256 of every file of a checkpoint, so a damaged file is found on resume."""
+    files = {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps({"format": 1, "files": files}, indent=1), encoding="utf-8")
+
+
+def verify_checkpoint(checkpoint: Path) -> list[str]:
+    """What is wrong with a checkpoint's files (empty when intact), each problem naming the file.
+
+    With a manifest: every listed file must be there with its size and sha256. A checkpoint written before
+    manifests existed is checked by loading each file instead (and a warning says it cannot be verified)."""
+    manifest_path = checkpoint / MANIFEST
+    if not manifest_path.is_file():
+        return _probe_checkpoint_files(checkpoint)
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        return [f"its manifest {manifest_path} is unreadable ({error})"]
+    problems = []
+    if "trainer_state.json" not in files:
+        problems.append(f"{manifest_path} lists no trainer_state.json")
+    for name, entry in files.items():
+        path = checkpoint / name
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(
+                f"{path} has {path.stat().st_size} bytes where {entry['size']} were saved (truncated or replaced)"
+            )
+        elif _sha256(path) != entry["sha256"]:
+            problems.append(f"{path} does not match the sha256 saved in {MANIFEST} (corrupted)")
+    return problems
+
+
+def _probe_checkpoint_files(checkpoint: Path) -> list[str]:
+    """Load every file of a checkpoint without a manifest (older versions), naming the one that fails."""
+    state_path = checkpoint / "trainer_state.json"
+    if not state_path.is_file():
+        return [f"{state_path} is missing"]
+    logger.warning(
+        "checkpoint %s has no %s (saved by an older simcse-weince): its files are checked by loading them",
+        checkpoint,
+        MANIFEST,
+    )
+    problems = []
+    for path in sorted(checkpoint.iterdir()):
+        try:
+            if path.name == "trainer_state.json":
+                if not isinstance(json.loads(path.read_text(encoding="utf-8")).get("step"), int):
+                    raise ValueError("no step")
+            elif path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), framework="pt") as handle:
+                    for key in handle.keys():
+                        handle.get_tensor(key)
+            elif path.suffix in (".bin", ".pkl", ".pt"):
+                torch.load(path, map_location="cpu", weights_only=False)  # our own checkpoint, as load_state does
+        except Exception as error:  # noqa: BLE001 - any failure to load means the file is damaged
+            problems.append(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+    return problems
+
+
+def read_trainer_state(checkpoint: Path) -> dict:
+    path = checkpoint / "trainer_state.json"
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--resume: {path} is damaged ({error}); resume from an older checkpoint") from None
+    return state
 
 
 def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> Path:
     """Model, optimizer, scheduler and RNG states (Accelerate) plus our trainer state (step, data position,
-    best score, history), written to a temporary folder and renamed: a kill mid-save leaves no half checkpoint."""
+    best score, history) and a manifest of their sizes and checksums, written to a temporary folder and renamed:
+    a kill mid-save leaves no half checkpoint, and a file damaged later is found on resume."""
     final = output_dir / CHECKPOINTS / f"step-{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:
@@ -588,8 +802,10 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (staging / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+        write_manifest(staging)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(staging, final)
+        release_previous_run(output_dir)  # the new run now has a checkpoint: the run it replaced can go
         older = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))[:-limit] if limit else []
         for path in older:
             if path != final:
@@ -648,12 +864,25 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
     Args:
         config: a :class:`TrainConfig` (see :func:`preset`).
-        resume: True / ``"latest"`` continues from the newest checkpoint in ``output_dir``; a path resumes
-            from that checkpoint. Data order, dropout masks and the schedule continue exactly.
-        overwrite: replace an earlier run in ``output_dir``.
+        resume: True / ``"latest"`` continues from the newest intact checkpoint in ``output_dir`` (a damaged
+            newer one is named in a warning); a path resumes from that checkpoint, which must be intact. Data
+            order, dropout masks and the schedule continue exactly.
+        overwrite: replace an earlier run in ``output_dir``. Every input (config, data, model, tokenizer) is
+            loaded first; the earlier run is then kept aside until the new run saves its first checkpoint or
+            finishes, and put back if the new run fails before that.
 
     On processes other than the main one the returned dict is empty.
     """
+    claimed: list[Path] = []  # the output folder, once _train has moved an earlier run aside
+    try:
+        return _train(config, resume=resume, overwrite=overwrite, claimed=claimed)
+    except BaseException:
+        if claimed and restore_previous_run(claimed[0]):
+            logger.warning("the new run stopped before its first checkpoint: the earlier run in %s is back", claimed[0])
+        raise
+
+
+def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> dict:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
@@ -666,8 +895,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     config.validate()
     output_dir = Path(config.output_dir).expanduser()
 
-    # --- set-up: processes, output folder, data, model --------------------------------------------------
+    # --- set-up: processes, data, model, checkpoint; the output folder is touched only once all have loaded ---
     log_with = []
+    not_applied: dict[str, str] = {}  # settings that could not take effect here (results.json says so)
     if "tensorboard" in config.report_to:
         import importlib.util
 
@@ -675,6 +905,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
             log_with.append("tensorboard")
         else:
             warnings.warn("tensorboard is not installed: logging to CSV only (pip install tensorboard)", stacklevel=2)
+            not_applied["report_to"] = "tensorboard: not installed (pip install tensorboard); logged to CSV only"
     csv_tracker = make_csv_tracker(output_dir / "logs") if "csv" in config.report_to else None
     if csv_tracker is not None:
         log_with.append(csv_tracker)
@@ -694,6 +925,12 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
     )
     is_main = accelerator.is_main_process
+    if config.mixed_precision == "fp16" and accelerator.device.type == "cpu":  # Accelerate would train in fp32
+        raise ValueError("mixed_precision fp16 needs a GPU; on the CPU use --mixed-precision bf16 or no")
+    if config.loss == "infonce" and config.weince != WeinceConfig():
+        changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
+        not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
+        logger.warning("%s", not_applied["weince"])
     checkpoint = prepare_output_dir(output_dir, resume, overwrite, is_main)
     accelerator.wait_for_everyone()
     set_seed(config.seed)  # before the model: the MLP head's initialisation depends on it
@@ -708,6 +945,13 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     model = SimCSEModel.from_pretrained(
         config.model, pooler=config.pooler, max_seq_length=config.eval_max_length, dropout=config.dropout
     )
+    positions = getattr(model.encoder.config, "max_position_embeddings", None)
+    for name in ("max_length", "eval_max_length"):
+        if positions and getattr(config, name) and getattr(config, name) > positions:
+            raise ValueError(
+                f"{name} {getattr(config, name)} exceeds the {positions} positions of {config.model}; "
+                f"set --{name.replace('_', '-')} {positions} or less"
+            )
     tokenized = tokenize(sentences, model.tokenizer, config.max_length)
 
     batches_per_epoch = len(tokenized) // config.batch_size
@@ -722,10 +966,6 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
             f"{len(tokenized)} sentences make {batches_per_epoch} batches of {config.batch_size}: not one update "
             f"with gradient_accumulation_steps={config.gradient_accumulation_steps}"
         )
-    if is_main:  # written once the inputs are known to be good: a failed start leaves no run behind
-        output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, output_dir / CONFIG_FILE)
-
     decay = [p for n, p in model.named_parameters() if p.requires_grad and not _no_decay(n)]
     no_decay = [p for n, p in model.named_parameters() if p.requires_grad and _no_decay(n)]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -750,9 +990,21 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         "wall_seconds": 0.0,
     }
     if checkpoint is not None:
-        accelerator.load_state(str(checkpoint))
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        state = read_trainer_state(checkpoint)
+        try:
+            accelerator.load_state(str(checkpoint))
+        except Exception as error:
+            raise RuntimeError(
+                f"--resume: cannot load checkpoint {checkpoint} ({type(error).__name__}: "
+                f"{str(error).splitlines()[0][:300]}); resume with the settings it was saved with"
+            ) from error
         accelerator.print(f"resumed from {checkpoint} at step {state['step']} of {total_steps}")
+    if is_main:  # every input has loaded: only now is the output folder touched (a failed start leaves no trace)
+        previous = claim_output_dir(output_dir, resume)
+        if previous is not None:
+            claimed.append(output_dir)
+        save_config(config, output_dir / CONFIG_FILE)
+    accelerator.wait_for_everyone()
     start_step = state["step"]
     previous_wall = state["wall_seconds"]
 
@@ -892,6 +1144,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
     # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card ------
     results = {}
+    applied_config = config.to_dict()
+    if "report_to" in not_applied:
+        applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
     if is_main:
         if state["best_step"] is not None and (best_dir / "model.safetensors").is_file():
             _load_weights(unwrapped.encoder, best_dir)
@@ -917,7 +1172,8 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                 "train_time_seconds": train_seconds,
                 "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
                 "lambda_stats": _summarize_lambda(state["history"]),
-                "config": config.to_dict(),
+                "config": applied_config,
+                "not_applied": not_applied,
                 "evaluations": state["evaluations"],
                 "history": state["history"],
                 "versions": _versions(),
@@ -927,6 +1183,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         from simcse_weince.model_card import write_model_card
 
         write_model_card(output_dir, results)
+        release_previous_run(output_dir)  # a run that saved no checkpoint has started once it is exported
         print(_summary(results, output_dir))
     accelerator.wait_for_everyone()
     accelerator.end_training()

@@ -155,11 +155,16 @@ def push_folder(
 
     Raises clear RuntimeErrors when the Hub is offline, no token is available, or the upload fails.
     """
+    import re
     from pathlib import Path
 
     from simcse_weince.paths import hub_is_offline
 
     folder = Path(directory)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model folder {folder} not found; pass the --output-dir of a `train` run")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?", repo_id) or ".." in repo_id:
+        raise ValueError(f"invalid repository id {repo_id!r}: use NAME or OWNER/NAME (letters, digits, - _ .)")
     if not (folder / "modules.json").is_file():
         raise FileNotFoundError(
             f"{folder} is not a trained model folder (no modules.json); pass a --output-dir of `train`"

@@ -75,6 +75,9 @@ class WeinceConfig:
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
+        from simcse_weince.validation import check_field_types
+
+        check_field_types(self)  # quantile="0.3" -> TypeError naming the field, before any comparison
         if isinstance(self.beta, str):
             if self.beta != "estimated":
                 raise ValueError(f"beta must be 'estimated' or a positive number, got {self.beta!r}")
@@ -655,6 +658,11 @@ def weince_loss(
         weight, rho0 = mixing_weights(stats, config)
         if mixing_weight is not None:
             weight = torch.as_tensor(mixing_weight, dtype=weight.dtype, device=sims.device).expand_as(weight)
+            if not bool(((weight >= 0) & (weight <= 1)).all()):  # NaN fails both comparisons
+                raise ValueError(
+                    f"mixing_weight must be in [0, 1] (0: InfoNCE, 1: the shortfall logit alone), got "
+                    f"{_summarize_bad_weight(weight)}"
+                )
         beta = _shortfall_exponent(stats, config)
         infonce_scale = torch.rsub(weight, 1).div_(temperature).to(compute_dtype).unsqueeze(1)
         shortfall_scale = torch.mul(weight, beta).to(compute_dtype).unsqueeze(1)
@@ -672,6 +680,11 @@ def weince_loss(
         "rho0": rho0,
         "logits": _stats_logits(logits, layout),
     }
+
+
+def _summarize_bad_weight(weight: torch.Tensor):
+    bad = weight[~((weight >= 0) & (weight <= 1))]
+    return float(bad[0]) if bad.numel() else weight.tolist()
 
 
 def infonce_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, temperature: float, geometry: str = "simcse"):

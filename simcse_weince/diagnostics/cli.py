@@ -91,6 +91,22 @@ def _validate(args) -> None:
         raise FileNotFoundError(f"--pairs file not found: {args.pairs}")
     if args.training_log and not Path(args.training_log).is_file():
         raise FileNotFoundError(f"--training-log file not found: {args.training_log}")
+    from simcse_weince.validation import check_utf8_text_file
+
+    check_utf8_text_file(args.data, "--data file")  # before the model loads, like `train` does
+    if args.pairs:
+        check_utf8_text_file(args.pairs, "--pairs file")
+    for name in ("n_bootstrap", "seed"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if not math.isfinite(args.min_score):
+        raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
+    from simcse_weince.modeling import looks_like_local_path
+
+    if looks_like_local_path(args.model) and not Path(args.model).expanduser().exists():
+        raise FileNotFoundError(f"model folder {args.model} not found; pass an existing folder or a Hub id")
+    if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        raise FileExistsError(f"--output-dir {args.output_dir} is a file; choose a folder")
 
 
 def _load_model(name: str, device: str | None):

@@ -46,9 +46,12 @@ def read_sentences(path, max_sentences: int | None = None) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sentence file not found: {path}")
+    from simcse_weince.validation import check_utf8_text_file
+
+    check_utf8_text_file(path, "sentence file")  # the trainer refuses the same files: no silent U+FFFD
     sentences = []
     seen = set()
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with path.open(encoding="utf-8") as handle:
         for line in handle:
             sentence = line.strip()
             if sentence and sentence not in seen:

@@ -83,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     tasks = _parse_tasks(args.tasks, args.split)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+    if args.max_length is not None and args.max_length < 1:
+        raise ValueError(f"--max-length must be a positive number of tokens, got {args.max_length}")
+    from simcse_weince.modeling import looks_like_local_path
+
+    if looks_like_local_path(args.model) and not Path(args.model).expanduser().exists():
+        raise FileNotFoundError(f"model folder {args.model} not found; pass an existing folder or a Hub id")
     if args.output and Path(args.output).is_dir():
         raise ValueError(f"--output {args.output} is a folder; give a file name")
     try:

@@ -227,6 +227,10 @@ def as_encoder(
     """
     if pooler is not None and pooler not in POOLERS:
         raise ValueError(f"unknown pooler {pooler!r}; choose from {', '.join(POOLERS)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise ValueError(f"max_length must be a positive integer (or None: no truncation), got {max_length!r}")
     options = dict(batch_size=batch_size, max_length=max_length, device=device, show_progress_bar=show_progress_bar)
     if isinstance(model, tuple):
         if len(model) != 2:

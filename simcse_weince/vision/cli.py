@@ -18,7 +18,12 @@ BACKBONE_CHOICES = ("resnet18", "resnet50", "vit_small")
 
 
 def _beta(value: str):
-    return value if value == "estimated" else float(value)
+    if value == "estimated":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'estimated' or a positive number, got {value!r}") from None
 
 
 def register(subparsers) -> None:

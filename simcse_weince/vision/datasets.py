@@ -76,6 +76,14 @@ def _offline_error(what: str, where: Path, hint: str = "") -> FileNotFoundError:
     )
 
 
+def _download_error(what: str, where: Path, error: Exception) -> FileNotFoundError:
+    reason = getattr(error, "reason", None) or str(error).splitlines()[0] if str(error) else type(error).__name__
+    return FileNotFoundError(
+        f"{what} is not under {where} and downloading it failed ({reason}); check the network connection, put "
+        "the files there, or pass --no-download / set HF_HUB_OFFLINE=1 to work offline"
+    )
+
+
 def _may_download(download: bool | None) -> bool:
     return (not hub_is_offline()) if download is None else bool(download)
 
@@ -100,7 +108,10 @@ def _torchvision_dataset(name: str, root: Path, split: str, transform, download:
                 name, root, f"Put torchvision's {cls.__name__} files there (or run once online)."
             ) from None
     root.mkdir(parents=True, exist_ok=True)
-    return cls(root=str(root), transform=transform, download=True, **kwargs)
+    try:
+        return cls(root=str(root), transform=transform, download=True, **kwargs)
+    except Exception as error:  # noqa: BLE001 - URLError, timeouts, HTTP errors, a bad archive
+        raise _download_error(name, root, error) from error
 
 
 # ----------------------------------------------------------------------------------------- ImageNet-32
@@ -182,7 +193,10 @@ class TinyImageNet(Dataset):
                 )
             from torchvision.datasets.utils import download_and_extract_archive
 
-            download_and_extract_archive(TINY_IMAGENET_URL, download_root=str(root))
+            try:
+                download_and_extract_archive(TINY_IMAGENET_URL, download_root=str(root))
+            except Exception as error:  # noqa: BLE001 - URLError, timeouts, HTTP errors, a bad archive
+                raise _download_error("tiny_imagenet", Path(root), error) from error
         self.classes = sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
         class_index = {wnid: i for i, wnid in enumerate(self.classes)}
         if train:

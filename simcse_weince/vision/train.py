@@ -64,8 +64,11 @@ class VisionTrainConfig:
     log_every: int = 10
 
     def __post_init__(self) -> None:
+        from simcse_weince.validation import check_field_types
+
         if isinstance(self.weince, dict):
             self.weince = WeinceConfig(**self.weince)
+        check_field_types(self)  # epochs="10" -> TypeError naming the field
         if self.loss not in LOSSES:
             raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
         if self.mixed_precision not in MIXED_PRECISION:
@@ -74,11 +77,25 @@ class VisionTrainConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.batch_size < 2:
-            raise ValueError("batch_size must be >= 2 (the other images of the batch are the negatives)")
+            raise ValueError(
+                f"batch_size must be >= 2 (the other images of the batch are the negatives), got {self.batch_size}"
+            )
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
-        if not (self.temperature > 0 and self.learning_rate > 0):
-            raise ValueError("temperature and learning_rate must be > 0")
+        for name in ("image_size", "vit_layers", "train_size", "save_every"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (or None), got {getattr(self, name)}")
+        # options that would be silently ignored by this combination are refused
+        if self.vit_layers is not None and not self.backbone.startswith("vit"):
+            raise ValueError(f"vit_layers applies to ViT backbones only, not {self.backbone!r}; leave it unset")
+        if self.stem != "auto" and self.backbone.startswith("vit"):
+            raise ValueError(f"stem applies to ResNet backbones only, not {self.backbone!r}; leave it at 'auto'")
+        for name in ("weight_decay", "num_workers", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("temperature", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -221,7 +238,8 @@ def train(config: VisionTrainConfig, *, resume: str | Path | None = None) -> dic
         raise FileExistsError(
             f"{output_dir} already holds checkpoints: resume from them (--resume) or choose another output dir"
         )
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"output directory {output_dir} is a file; choose another --output-dir")
 
     # Data: two SimCLR views of every image; incomplete last batches are dropped (equal shapes for the gather).
     spec = dataset_spec(config.dataset)
@@ -244,6 +262,7 @@ def train(config: VisionTrainConfig, *, resume: str | Path | None = None) -> dic
         raise ValueError(f"{config.dataset} has {len(dataset)} images, fewer than one batch of {per_process_batch}")
 
     model = build_model(config)
+    output_dir.mkdir(parents=True, exist_ok=True)  # the data and the model are good: only now is a folder made
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     extra_terms = TopMExtraTerms() if config.extra_terms else None
     objective = ContrastiveObjective(config.loss, config.temperature, config.weince, extra_terms)

@@ -1,0 +1,103 @@
+"""Boundary checks shared by the config dataclasses, the CLI and the file readers.
+
+One rule for every entry point: a config built in Python, read from a YAML/JSON file or given as flags is checked
+by the same code, and a bad value is reported with the field's name, the value, and what is expected.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import math
+import os
+import types
+import typing
+from pathlib import Path
+
+__all__ = ["check_field_types", "check_utf8_text_file"]
+
+
+def _describe(hint) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in args)
+    if origin is typing.Literal:
+        return " or ".join(repr(arg) for arg in args)
+    if origin is tuple:
+        return f"a list of {_describe(args[0])}"
+    return {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+        type(None): "None",
+    }.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _matches(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is typing.Literal:  # the right type; whether the value is allowed is the class's own check
+        return isinstance(value, type(args[0]))
+    if origin is tuple:
+        return isinstance(value, (tuple, list)) and all(_matches(item, args[0]) for item in value)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def check_field_types(instance) -> None:
+    """Raise TypeError naming the field when a dataclass field holds a value of the wrong type (``quantile="0.3"``),
+    and ValueError when a number field is NaN or infinite. A Path given for a str field becomes its str."""
+    hints = typing.get_type_hints(type(instance))
+    owner = type(instance).__name__
+    for field in dataclasses.fields(instance):
+        value, hint = getattr(instance, field.name), hints[field.name]
+        if isinstance(value, os.PathLike) and _matches("", hint):  # a Path where a str is expected: keep it as str
+            value = os.fspath(value)
+            setattr(instance, field.name, value)
+        if not _matches(value, hint):
+            raise TypeError(f"{owner}.{field.name} must be {_describe(hint)}, got {value!r} ({type(value).__name__})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{owner}.{field.name} must be a finite number, got {value}")
+
+
+def check_utf8_text_file(path: str | os.PathLike, what: str = "file") -> None:
+    """Raise ValueError naming the file and the byte offset when ``path`` is not UTF-8 text (or holds NUL bytes,
+    the mark of a binary file). Reads the file in 1 MiB chunks, so a large corpus costs one fast pass."""
+    path = Path(path)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0  # bytes of the file read before the current chunk
+    with path.open("rb") as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            final = not chunk
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise ValueError(
+                    f"{what} {path} is a binary file (NUL byte at byte offset {offset + nul}), not UTF-8 text; "
+                    "give a text file with one sentence per line"
+                )
+            pending = len(decoder.getstate()[0])  # bytes of an incomplete character held from the last chunk
+            try:
+                decoder.decode(chunk, final=final)
+            except UnicodeDecodeError as error:
+                position = offset - pending + error.start
+                handle.seek(position)
+                bad = handle.read(1) or b"?"
+                raise ValueError(
+                    f"{what} {path} is not UTF-8 text: invalid byte 0x{bad.hex()} at byte offset {position}; "
+                    "convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from None
+            if final:
+                return
+            offset += len(chunk)
