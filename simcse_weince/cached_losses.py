@@ -258,4 +258,3 @@ class CachedInfoNCELoss(CachedWeinceLoss):
     @property
     def citation(self) -> str:
         return SIMCSE_CITATION + GRADCACHE_CITATION
-

@@ -96,9 +96,7 @@ def test_cached_infonce_equals_sentence_transformers_cached_mnrl(model, wiki_sen
 
 @pytest.mark.parametrize("num_columns", [1, 2, 3])
 @pytest.mark.parametrize("mini_batch_size", [5, 3])
-def test_dropout_is_replayed_and_gradients_match_chunked_reference(
-    model, wiki_sentences, num_columns, mini_batch_size
-):
+def test_dropout_is_replayed_and_gradients_match_chunked_reference(model, wiki_sentences, num_columns, mini_batch_size):
     """With dropout on, the backward pass re-embeds exactly (bitwise) what the first pass embedded, and the
     gradients equal those of embedding the same chunks, in the same order and from the same seed, with grad."""
     assert any(m.p > 0 for m in model.modules() if isinstance(m, torch.nn.Dropout)), "dropout must be on"
