@@ -184,3 +184,61 @@ def test_options_are_checked_and_reported(model):
     assert CachedInfoNCELoss(model).get_config_dict() == {
         "temperature": 0.05, "gather_across_devices": False, "mini_batch_size": 32, "mini_batch_num_tokens": None,
     }  # fmt: skip
+
+
+# ------------------------------------------------------------------------- training on the real MiniLM
+
+
+@pytest.fixture()
+def fresh_minilm(minilm):
+    model = copy.deepcopy(minilm)
+    model.max_seq_length = 32
+    return model
+
+
+def _parameters(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+
+
+def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki_sentences, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from transformers import TrainerCallback
+
+    dataset = Dataset.from_dict({"text": wiki_sentences[:48]})
+    loss = CachedWeinceLoss(fresh_minilm, mini_batch_size=5)  # 16 per batch: chunks of 5, 5, 5, 1
+    seen = []
+
+    class Record(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            seen.append(loss.last_diagnostics)
+
+    before = _parameters(fresh_minilm)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=1, learning_rate=3e-5,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, dataloader_drop_last=True,
+    )  # fmt: skip
+    trainer = SentenceTransformerTrainer(
+        model=fresh_minilm, args=args, train_dataset=dataset, loss=loss, callbacks=[Record()]
+    )
+    result = trainer.train()
+    assert result.global_step == 3
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert len(seen) == 3 and all(set(diagnostics) == set(DIAGNOSTIC_KEYS) for diagnostics in seen)
+    assert all(0.0 <= diagnostics["lambda_mean"] <= 1.0 for diagnostics in seen)
+
+
+def test_cached_weince_trains_with_legacy_fit_on_pairs(fresh_minilm, wiki_sentences):
+    from sentence_transformers import InputExample
+    from torch.utils.data import DataLoader
+
+    texts = wiki_sentences[200:232]
+    examples = [InputExample(texts=[text, text.lower()]) for text in texts]
+    loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
+    loss = CachedWeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0), mini_batch_size=6)
+    before = _parameters(fresh_minilm)
+    fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
+    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
