@@ -8,10 +8,11 @@ Each configuration runs in a fresh subprocess, so that its peak is its own:
   and the batch are loaded (what the step itself adds);
 - GPU: ``torch.cuda.max_memory_allocated`` (the step's peak tensor memory).
 
-Time per sentence is the wall time of the timed steps (after one untimed warm-up step) divided by the batch
-size. The uncached path runs up to ``--max-uncached-batch`` sentences (its activations grow with the batch: on
-CPU, about 10 GB per 1,000 sentences of MiniLM at length 32); the cached path encodes ``--mini-batch-size``
-sentences at a time, whatever the batch.
+Time per sentence is the wall time of the timed steps divided by the batch size (batches up to 256: two steps
+after an untimed warm-up step; larger batches: one step, long enough to need no warm-up). The uncached path runs
+up to ``--max-uncached-batch`` sentences (its activations grow with the batch: on CPU, about 17 GB per 1,000
+sentences of MiniLM at length 32); the cached path encodes ``--mini-batch-size`` sentences at a time, whatever
+the batch.
 
 Usage::
 
@@ -117,11 +118,12 @@ def worker(args) -> dict:
 
 
 def run_configuration(args, path: str, batch_size: int) -> dict:
+    small = batch_size <= 256
     command = [
         sys.executable, __file__, "--worker", "--path", path, "--batch-size", str(batch_size),
         "--mini-batch-size", str(args.mini_batch_size), "--max-length", str(args.max_length), "--data", str(args.data),
-        "--device", args.device, "--threads", str(args.threads), "--warmup", str(args.warmup),
-        "--steps", str(args.steps if batch_size <= 256 else 1),
+        "--device", args.device, "--threads", str(args.threads), "--warmup", str(args.warmup if small else 0),
+        "--steps", str(args.steps if small else 1),
     ] + (["--model", args.model] if args.model else [])  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
