@@ -22,6 +22,8 @@ _EXPORTS = {
     "weince_logits": "weince",
     "WeinceLoss": "losses",
     "InfoNCELoss": "losses",
+    "CachedWeinceLoss": "cached_losses",
+    "CachedInfoNCELoss": "cached_losses",
 }
 
 __all__ = list(_EXPORTS)

@@ -73,7 +73,9 @@ class TrainConfig:
     Batch semantics: ``batch_size`` sentences form one contrastive batch (each sentence's negatives are the
     other ``batch_size - 1``), whatever the number of processes: each process encodes ``batch_size /
     num_processes`` of them and the embeddings are gathered. Gradient accumulation sums the gradients of
-    ``gradient_accumulation_steps`` such batches (negatives stay within a batch).
+    ``gradient_accumulation_steps`` such batches (negatives stay within a batch). ``mini_batch_size`` bounds
+    memory without losing negatives: each process encodes its share ``mini_batch_size`` sentences at a time
+    (GradCache, see :func:`forward_backward`), with the same loss and gradients.
     """
 
     # model
@@ -91,6 +93,7 @@ class TrainConfig:
     weince: WeinceConfig = field(default_factory=WeinceConfig)
     # optimisation
     batch_size: int = 64
+    mini_batch_size: int | None = None  # GradCache: encode the batch this many sentences at a time (None: at once)
     gradient_accumulation_steps: int = 1
     learning_rate: float = 3e-5
     lr_scheduler: str = "linear"  # one of LR_SCHEDULERS (transformers.get_scheduler names)
@@ -165,6 +168,8 @@ class TrainConfig:
         for name in ("eval_steps", "save_steps", "warmup_steps", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size must be >= 1 (or None: no GradCache), got {self.mini_batch_size}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 (or None for num_epochs), got {self.max_steps}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
@@ -515,6 +520,72 @@ class ContrastiveObjective:
             return_stats=True,
         )
         return loss, summarize_statistics(stats)
+
+
+def forward_backward(model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None):
+    """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``.
+
+    Without ``mini_batch_size``: one forward over the doubled batch (two dropout views) and one backward.
+
+    With it, GradCache (Gao et al., 2021; the machinery of sentence-transformers' cached losses), so that only
+    ``mini_batch_size`` sentences' activations are alive at a time while the loss still sees the whole batch:
+
+    1. every chunk of ``mini_batch_size`` sentences is encoded (both views, one forward) without a graph, and
+       the RNG state before each forward is kept (sentence-transformers' ``RandContext``);
+    2. the loss of the whole batch is computed from those embeddings (gathered across processes as usual) and
+       back-propagated up to them through ``accelerator.backward``, which applies the fp16 loss scale and the
+       gradient-accumulation divisor to the cached embedding gradients;
+    3. every chunk is encoded again with its RNG state replayed (the same dropout masks) and the cached
+       gradients are back-propagated through it. DDP reduces once, after the last chunk.
+
+    The global RNG ends where the first pass left it (the replays run in a forked RNG), so resuming from a
+    checkpoint continues exactly.
+    """
+    if not mini_batch_size:
+        first_view, second_view = model(**batch, num_views=2)  # one forward, two dropout masks
+        loss, diagnostics = objective(first_view, second_view)
+        accelerator.backward(loss)
+        return loss, diagnostics
+
+    from contextlib import nullcontext
+
+    from sentence_transformers.base.losses.gradcache import RandContext
+
+    rows = batch["input_ids"].shape[0]
+    chunks = []
+    for begin in range(0, rows, mini_batch_size):
+        chunk = {name: value[begin : begin + mini_batch_size] for name, value in batch.items()}
+        # drop the padding columns this chunk does not need (the batch is padded to its longest sentence)
+        width = max(int(chunk["attention_mask"].sum(dim=1).max()), 1)
+        chunks.append({name: value[:, :width] for name, value in chunk.items()})
+
+    random_states, first_chunks, second_chunks = [], [], []
+    with torch.no_grad():
+        for chunk in chunks:
+            random_states.append(RandContext(*chunk.values()))
+            first, second = model(**chunk, num_views=2)
+            first_chunks.append(first)
+            second_chunks.append(second)
+    first_view = torch.cat(first_chunks).requires_grad_()
+    second_view = torch.cat(second_chunks).requires_grad_()
+    loss, diagnostics = objective(first_view, second_view)
+    accelerator.backward(loss)
+
+    sizes = [len(first) for first in first_chunks]
+    cached_gradients = zip(first_view.grad.split(sizes), second_view.grad.split(sizes))
+    for index, (chunk, random_state, (first_grad, second_grad)) in enumerate(
+        zip(chunks, random_states, cached_gradients)
+    ):
+        synchronize = nullcontext() if index == len(chunks) - 1 else accelerator.no_sync(model)
+        with synchronize, random_state:
+            first, second = model(**chunk, num_views=2)
+            # the surrogate's gradient w.r.t. the embeddings is the cached gradient; float32 keeps fp16/bf16
+            # embeddings from rounding the products
+            surrogate = torch.dot(first.flatten().float(), first_grad.flatten().float()) + torch.dot(
+                second.flatten().float(), second_grad.flatten().float()
+            )
+            surrogate.backward()
+    return loss.detach(), diagnostics
 
 
 # ------------------------------------------------------------------------------------ logging, checkpoints
@@ -1058,6 +1129,7 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
         f"training {config.model} with {config.loss} on {len(tokenized):,} sentences from {train_file}: "
         f"{total_steps} steps of {config.batch_size} x {accum} on {accelerator.num_processes} process(es), "
         f"{accelerator.device}"
+        + (f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "")
     )
     progress = tqdm(total=total_steps, initial=start_step, disable=not is_main, desc="training", dynamic_ncols=True)
     micro_batches = iter(loader)
@@ -1070,9 +1142,7 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
             for _ in range(accum):
                 batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
                 with accelerator.accumulate(model):
-                    first_view, second_view = model(**batch, num_views=2)  # one forward, two dropout masks
-                    loss, diagnostics = objective(first_view, second_view)
-                    accelerator.backward(loss)
+                    loss, diagnostics = forward_backward(model, batch, objective, accelerator, config.mini_batch_size)
                     if accelerator.sync_gradients and config.max_grad_norm:
                         accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                     optimizer.step()

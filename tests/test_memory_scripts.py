@@ -1,0 +1,69 @@
+"""The GradCache scripts at a small size: bench_memory.py's table and device_check.sh --cpu-dry-run's JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from train_helpers import REPO_ROOT, make_tiny_model, subprocess_env
+
+
+def test_bench_memory_measures_cached_and_uncached_in_fresh_processes(tmp_path, data_dir):
+    model = make_tiny_model(tmp_path / "tiny")
+    output = tmp_path / "rows.json"
+    command = [
+        sys.executable, str(REPO_ROOT / "scripts" / "bench_memory.py"), "--model", str(model), "--batch-sizes", "8",
+        "--mini-batch-size", "3", "--max-uncached-batch", "8", "--threads", "1", "--steps", "1", "--warmup", "0",
+        "--data", str(data_dir / "wiki1m_head.txt"), "--output", str(output),
+    ]  # fmt: skip
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(output.read_text())
+    assert [(row["path"], row["batch_size"]) for row in rows] == [("cached", 8), ("uncached", 8)]
+    for row in rows:
+        assert row["peak_mib"] >= row["baseline_mib"] > 0 and row["ms_per_sentence"] > 0
+        assert row["tokens_per_sentence"] == 32 and row["device"] == "cpu"
+    assert all(0 < row["loss"] < float("inf") for row in rows)
+    assert "| 8 |" in result.stdout and "x |" in result.stdout  # one row, with the time ratio
+
+
+def test_device_check_cpu_dry_run_writes_one_passing_json(tmp_path):
+    env = subprocess_env()
+    env["OUT"] = str(tmp_path)
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "--cpu-dry-run", "--repeats", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "device_check.json").read_text())
+    assert result.returncode == 0, json.dumps(report, indent=1)[-3000:]
+    assert report["mode"] == "cpu-dry-run" and report["ok"] is True
+    checks = report["checks"]
+    assert set(checks) == {
+        "core_topk",
+        "autocast_bf16",
+        "autocast_fp16",
+        "cached_rng_replay",
+        "loss_timing",
+        "trainer_step",
+    }
+    assert checks["cached_rng_replay"]["second_pass_bitwise_equal"] is True
+    assert checks["cached_rng_replay"]["dropout_views_differ"] is True
+    assert checks["autocast_bf16"]["statistics_dtype"] in ("torch.float32", "torch.float64")
+    assert "skipped" in checks["autocast_fp16"]
+    assert {"simclr 2x256x128", "simcse 512x512x768"} <= set(checks["loss_timing"])
+    assert checks["trainer_step"]["no"]["ok"] and checks["trainer_step"]["bf16"]["ok"]
+
+
+def test_device_check_refuses_to_run_without_a_gpu_unless_dry(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    env = subprocess_env()
+    env["OUT"] = str(tmp_path)
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2 and "--cpu-dry-run" in result.stderr
+    assert not (tmp_path / "device_check.json").exists()
