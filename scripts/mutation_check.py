@@ -168,6 +168,23 @@ MUTATIONS = (
         (("weights = (similarities / temperature).exp()", "weights = similarities.exp()"),),
         ("tests/test_vision_eval.py", "-k", "knn"), "weighted kNN evaluation of frozen features",
     ),
+    # ---- GradCache and checkpoint safety
+    Mutation(
+        "text trainer: GradCache re-encodes without replaying the dropout masks", TRAIN,
+        (("with synchronize, random_state:", "with synchronize:"),),
+        ("tests/test_train_gradcache.py", "-k", "replayed"), "the second pass must see the first pass's masks",
+    ),
+    Mutation(
+        "text trainer: resume trusts a checkpoint whose sha256 differs", TRAIN,
+        (('elif _sha256(path) != entry["sha256"]:', "elif False:"),),
+        ("tests/test_bad_inputs.py", "-k", "fall_back and flipped"), "a same-size corruption is only seen by the hash",
+    ),
+    Mutation(
+        "text trainer: a failed --overwrite start does not put the earlier run back", TRAIN,
+        (("    shutil.rmtree(output_dir, ignore_errors=True)\n    os.replace(previous, output_dir)\n    return True",
+          "    shutil.rmtree(output_dir, ignore_errors=True)\n    return True"),),
+        ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
+    ),
     # ---- distributed
     Mutation(
         "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
