@@ -2,15 +2,26 @@
 
 Both train the same model on the same sentences with batch 64, length 32, lr 3e-5, dropout on, for ``--steps``
 optimizer steps after ``--warmup`` untimed ones, in alternating order within one process (interleaved rounds,
-so that a busy machine slows both alike). Unsupervised SimCSE in sentence-transformers is MNRL on
-(sentence, sentence) pairs: two forward passes of 64; our trainer runs one forward over the doubled batch.
-The reported rate counts sentences per second of steady-state training steps (each sentence is encoded twice
-in both); setup, model export and evaluation are excluded.
+so that a busy machine slows every configuration alike). Unsupervised SimCSE in sentence-transformers is MNRL
+on (sentence, sentence) pairs: two forward passes of 64, each padded to its longest sentence; our trainer runs
+one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. The rate counts sentences per
+second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
+evaluation are excluded.
+
+Each round measures five configurations:
+
+- ``st fp32`` / ``st bf16``: sentence-transformers' trainer, fp32 (its default) and ``bf16=True``;
+- ``ours fp32 padded``: our trainer in fp32 with ``length_chunks=1`` (one forward padded to the longest);
+- ``ours fp32`` / ``ours bf16``: our trainer with its default ``length_chunks``, ``--mixed-precision no`` / ``bf16``.
+
+and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
+(fp32 and bf16), the gain of length-sorted chunks alone (fp32) and of bf16 alone, and out of the box against
+out of the box (our default ``--mixed-precision auto`` against sentence-transformers' default fp32).
 
 Usage::
 
-    python scripts/bench_train.py --steps 10            # a few minutes on 2 CPU cores
-    python scripts/bench_train.py --steps 30 --rounds 3 --loss infonce
+    python scripts/bench_train.py --steps 10 --rounds 3     # about 15 minutes on 2 CPU cores
+    python scripts/bench_train.py --steps 8 --rounds 3 --loss infonce
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ def steady_rate(step_end_times: list[float], warmup: int, batch_size: int) -> fl
     return timed_steps * batch_size / (step_end_times[-1] - step_end_times[warmup - 1])
 
 
-def run_ours(model: str, sentences_file: Path, args, workdir: Path) -> float:
+def run_ours(model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int) -> float:
     from simcse_weince.train import preset, train
 
     config = preset(
@@ -51,6 +62,8 @@ def run_ours(model: str, sentences_file: Path, args, workdir: Path) -> float:
         report_to=[],
         cpu=True,
         seed=args.seed,
+        mixed_precision=mixed_precision,
+        length_chunks=length_chunks,
         output_dir=str(workdir / "ours"),
     )
     results = train(config, overwrite=True)
@@ -58,7 +71,7 @@ def run_ours(model: str, sentences_file: Path, args, workdir: Path) -> float:
     return steady_rate([entry["train_seconds"] for entry in results["history"]], args.warmup, args.batch_size)
 
 
-def run_sentence_transformers(model_path: str, sentences: list[str], args, workdir: Path) -> float:
+def run_sentence_transformers(model_path: str, sentences: list[str], args, workdir: Path, bf16: bool) -> float:
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -92,6 +105,7 @@ def run_sentence_transformers(model_path: str, sentences: list[str], args, workd
         logging_steps=10_000,
         report_to="none",
         use_cpu=True,
+        bf16=bf16,
         seed=args.seed,
         disable_tqdm=True,
     )
@@ -118,6 +132,12 @@ def main() -> None:
     parser.add_argument("--model", default="bundled:all-MiniLM-L6-v2")
     parser.add_argument("--data-dir", default=None, help="folder with wiki1m_head.txt ($SIMCSE_WEINCE_DATA_DIR)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--bf16",
+        choices=("native", "always", "never"),
+        default="native",
+        help="measure the bf16 configurations only where this CPU computes bf16 natively (default), always, never",
+    )
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 1:
         parser.error("--steps and --warmup must be >= 1")
@@ -137,28 +157,56 @@ def main() -> None:
         f"model {args.model}, batch {args.batch_size}, length {args.max_length}, {args.steps} timed steps "
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
     )
-    ours, theirs = [], []
+    from simcse_weince.precision import resolve_mixed_precision
+    from simcse_weince.train import TrainConfig
+
+    chunks = TrainConfig.length_chunks  # the trainer's default
+    auto = resolve_mixed_precision("auto", "cpu")
+    runs = {
+        "st fp32": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=False),
+        "st bf16": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=True),
+        "ours fp32 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "no", 1),
+        "ours fp32": lambda: run_ours(args.model, sentences_file, args, workdir, "no", chunks),
+        "ours bf16": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", chunks),
+    }
+    if args.bf16 == "never" or (args.bf16 == "native" and auto != "bf16"):
+        # emulated bf16 (no AVX512-BF16 / AMX) runs many times slower than fp32: nobody would train that way
+        print(f"bf16 is not native on this CPU (--mixed-precision auto -> {auto}): bf16 configurations skipped")
+        runs = {name: run for name, run in runs.items() if "bf16" not in name}
+    rates: dict[str, list[float]] = {name: [] for name in runs}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         sentences_file = workdir / "sentences.txt"
         sentences_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
         for round_index in range(args.rounds):
-            # alternate who goes first, so a drift in machine load does not favour one side
-            order = ("st", "ours") if round_index % 2 == 0 else ("ours", "st")
+            # alternate the order, so that a drift in machine load does not favour one configuration
+            order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
             for name in order:
-                if name == "ours":
-                    ours.append(run_ours(args.model, sentences_file, args, workdir))
-                else:
-                    theirs.append(run_sentence_transformers(model_path, sentences, args, workdir))
+                rates[name].append(runs[name]())
             print(
-                f"round {round_index + 1}: simcse-weince ({args.loss}) {ours[-1]:.1f} sentences/s, "
-                f"sentence-transformers MNRL {theirs[-1]:.1f} sentences/s, ratio {ours[-1] / theirs[-1]:.2f}x"
+                f"round {round_index + 1}: "
+                + ", ".join(f"{name} {rates[name][-1]:.1f}" for name in runs)
+                + " sentences/s"
             )
-    ratios = [a / b for a, b in zip(ours, theirs)]
-    print(
-        f"median: simcse-weince {statistics.median(ours):.1f} sentences/s, sentence-transformers "
-        f"{statistics.median(theirs):.1f} sentences/s, ratio {statistics.median(ratios):.2f}x (goal >= 1.0x)"
-    )
+
+    # out of the box: our default (--mixed-precision auto, default length_chunks) vs sentence-transformers' (fp32)
+    ours_default = "ours bf16" if auto == "bf16" else "ours fp32"
+    comparisons = [
+        ("ours / sentence-transformers, both fp32", "ours fp32", "st fp32", 1.3),
+        ("ours / sentence-transformers, both bf16", "ours bf16", "st bf16", 1.3),
+        (f"length-sorted chunks alone (fp32, {chunks} chunks vs 1)", "ours fp32", "ours fp32 padded", None),
+        ("bf16 alone (ours, bf16 vs fp32)", "ours bf16", "ours fp32", None),
+        (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
+    ]
+    print(f"\nmedians over {args.rounds} interleaved rounds (sentences/s):")
+    for name, values in rates.items():
+        print(f"  {name:<18} {statistics.median(values):7.1f}")
+    print("ratios (median of the per-round ratios):")
+    for label, numerator, denominator, goal in comparisons:
+        if numerator not in rates or denominator not in rates:
+            continue
+        ratio = statistics.median(a / b for a, b in zip(rates[numerator], rates[denominator]))
+        print(f"  {label}: {ratio:.2f}x" + (f" (goal >= {goal}x)" if goal else ""))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
     from simcse_weince.modeling import EVALUATION_POOLER, SENTENCE_TRANSFORMERS_POOLING, hub_id_of
+    from simcse_weince.precision import precision_label
 
     config = results["config"]
     base_model = hub_id_of(config["model"])
@@ -81,6 +82,8 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         results_note="STS-B: the original benchmark, raw text",
         sts_table=results.get("sts_table"),
         config=config,
+        # the precision the run trained in (results.json); config.mixed_precision may say "auto"
+        training_precision=precision_label(results.get("mixed_precision", config["mixed_precision"])),
         **{key: value for key, value in results.items() if key not in ("config", "sts_table")},
     ).content
 

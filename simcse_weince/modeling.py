@@ -185,20 +185,45 @@ class SimCSEModel(nn.Module):
             pooled = self.mlp(pooled)
         return pooled
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, num_views: int = 1):
+    def forward(self, input_ids, attention_mask, token_type_ids=None, num_views: int = 1, length_chunks: int = 1):
         """Sentence embeddings with the *training* pooler.
 
-        With ``num_views=2`` the batch is repeated and encoded in ONE forward (SimCSE's trick: one big matmul
-        instead of two, and dropout draws independent masks for the copies); returns a tuple of the views.
+        With ``num_views=2`` the batch is repeated and encoded in ONE forward call (SimCSE's trick: dropout draws
+        independent masks for the copies); returns a tuple of the views.
+
+        With ``length_chunks > 1`` the rows are sorted by length and encoded in that many chunks, each padded
+        only to its own longest sentence; the embeddings come back in the original order. On random batches a
+        third of the positions are padding, which the encoder would otherwise process like real tokens. The
+        embeddings equal the padded ones up to float rounding (attention masks padding out), but dropout draws
+        its masks per chunk, so with dropout on the random stream differs from ``length_chunks=1``. Inputs must
+        be right-padded (as the trainer's collator pads); trailing padding is all that is dropped.
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         if num_views > 1:
             inputs = {name: value.repeat(num_views, 1) for name, value in inputs.items()}
-        hidden = self.encoder(**inputs).last_hidden_state
-        embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
+        if length_chunks > 1 and len(input_ids) * num_views > 1:
+            embeddings = self._encode_length_sorted(inputs, length_chunks)
+        else:
+            hidden = self.encoder(**inputs).last_hidden_state
+            embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
         return embeddings.chunk(num_views) if num_views > 1 else embeddings
+
+    def _encode_length_sorted(self, inputs: dict, length_chunks: int) -> torch.Tensor:
+        """Training-pooler embeddings of ``inputs``, encoded in ``length_chunks`` length-sorted chunks."""
+        mask = inputs["attention_mask"]
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        pooled = []
+        for rows in torch.tensor_split(order, min(length_chunks, len(order))):
+            # the last real token of the chunk: everything after it is padding of every row in the chunk
+            width = max(int(mask[rows].any(dim=0).nonzero().max()) + 1, 1) if int(lengths[rows].max()) else 1
+            chunk = {name: value[rows, :width] for name, value in inputs.items()}
+            hidden = self.encoder(**chunk).last_hidden_state
+            pooled.append(self.pool(hidden, chunk["attention_mask"], self.pooler))
+        # back to the input order: row order[i] of the input is row i of the sorted embeddings
+        return torch.cat(pooled).index_select(0, torch.argsort(order))
 
     @torch.no_grad()
     def encode(self, sentences: list[str], batch_size: int = 64, device=None) -> np.ndarray:

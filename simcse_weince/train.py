@@ -41,6 +41,7 @@ import torch
 
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
+from simcse_weince.precision import MIXED_PRECISION, precision_label, resolve_mixed_precision, training_device_type
 from simcse_weince.validation import check_utf8_text_file
 from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
 
@@ -102,7 +103,8 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0  # SimCSE trains with the HF Trainer, which clips at 1.0
     num_epochs: int = 1
     max_steps: int | None = None  # optimizer updates; overrides num_epochs (may span several epochs)
-    mixed_precision: str = "no"  # no | fp16 | bf16
+    mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16; see precision.py
+    length_chunks: int = 4  # encode each batch in this many length-sorted chunks (less padding); 1: one forward
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
     # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)
@@ -110,6 +112,7 @@ class TrainConfig:
     eval_before_training: bool = False  # also score the untrained model (reported, never selected)
     eval_batch_size: int = 128
     eval_max_length: int | None = None  # None: the base model's max_seq_length (<= 512)
+    eval_bf16: bool = False  # evaluate under bf16 autocast (faster; the default fp32 keeps SentEval's digits)
     final_tasks: tuple[str, ...] = STS_TASKS  # test-split table after training; () or none for STS-B only
     final_evaluation: bool = True  # False: no scores at the end (benchmarks, quick experiments)
     # checkpoints and logging
@@ -146,6 +149,7 @@ class TrainConfig:
             "max_length",
             "eval_batch_size",
             "logging_steps",
+            "length_chunks",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -178,8 +182,9 @@ class TrainConfig:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.mixed_precision not in ("no", "fp16", "bf16"):
-            raise ValueError(f"mixed_precision must be no, fp16 or bf16, got {self.mixed_precision!r}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            choices = ", ".join(MIXED_PRECISION)
+            raise ValueError(f"mixed_precision must be one of {choices}, got {self.mixed_precision!r}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         unknown = [task for task in self.final_tasks if task not in STS_TASKS]
@@ -209,6 +214,10 @@ PRESETS: dict[str, dict] = {
         "output_dir": "runs/cpu-demo",
     },
 }
+# The same data and model trained and evaluated SimCSE's way: [CLS] + MLP head in training, [CLS] without it at
+# evaluation. MiniLM was trained with mean pooling, so its [CLS] vector starts lower (STS-B dev 79.7) and
+# contrastive training has room to move it, which mean pooling (dev 86.7, loss ~1e-3 from step 1) has not.
+PRESETS["cpu-cls"] = {**PRESETS["cpu-demo"], "pooler": "cls", "output_dir": "runs/cpu-cls"}
 
 
 def _field_types(cls) -> dict:
@@ -522,10 +531,14 @@ class ContrastiveObjective:
         return loss, summarize_statistics(stats)
 
 
-def forward_backward(model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None):
+def forward_backward(
+    model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, length_chunks: int = 1
+):
     """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``.
 
     Without ``mini_batch_size``: one forward over the doubled batch (two dropout views) and one backward.
+    ``length_chunks`` > 1 encodes the rows of every forward in that many length-sorted chunks, each padded only
+    to its own longest sentence (:meth:`SimCSEModel.forward`); the loss sees the same embeddings.
 
     With it, GradCache (Gao et al., 2021; the machinery of sentence-transformers' cached losses), so that only
     ``mini_batch_size`` sentences' activations are alive at a time while the loss still sees the whole batch:
@@ -542,7 +555,7 @@ def forward_backward(model, batch: dict, objective: ContrastiveObjective, accele
     checkpoint continues exactly.
     """
     if not mini_batch_size:
-        first_view, second_view = model(**batch, num_views=2)  # one forward, two dropout masks
+        first_view, second_view = model(**batch, num_views=2, length_chunks=length_chunks)  # two dropout masks
         loss, diagnostics = objective(first_view, second_view)
         accelerator.backward(loss)
         return loss, diagnostics
@@ -563,7 +576,7 @@ def forward_backward(model, batch: dict, objective: ContrastiveObjective, accele
     with torch.no_grad():
         for chunk in chunks:
             random_states.append(RandContext(*chunk.values()))
-            first, second = model(**chunk, num_views=2)
+            first, second = model(**chunk, num_views=2, length_chunks=length_chunks)
             first_chunks.append(first)
             second_chunks.append(second)
     first_view = torch.cat(first_chunks).requires_grad_()
@@ -578,7 +591,7 @@ def forward_backward(model, batch: dict, objective: ContrastiveObjective, accele
     ):
         synchronize = nullcontext() if index == len(chunks) - 1 else accelerator.no_sync(model)
         with synchronize, random_state:
-            first, second = model(**chunk, num_views=2)
+            first, second = model(**chunk, num_views=2, length_chunks=length_chunks)
             # the surrogate's gradient w.r.t. the embeddings is the cached gradient; float32 keeps fp16/bf16
             # embeddings from rounding the products
             surrogate = torch.dot(first.flatten().float(), first_grad.flatten().float()) + torch.dot(
@@ -987,17 +1000,20 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
     GradientState._reset_state()
     # split_batches: our batch_size is global, so the scheduler must step once per optimizer update (without
     # it Accelerate steps it once per process, assuming per-device batches)
+    # auto -> bf16 where the device computes it natively, else fp32; fp16 on a CPU is refused (Accelerate would
+    # silently train in fp32)
+    mixed_precision = resolve_mixed_precision(config.mixed_precision, training_device_type(config.cpu))
     accelerator = Accelerator(
         cpu=config.cpu,
-        mixed_precision=config.mixed_precision,
+        mixed_precision=mixed_precision,
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         dataloader_config=DataLoaderConfiguration(split_batches=True),
         log_with=log_with or None,
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
     )
     is_main = accelerator.is_main_process
-    if config.mixed_precision == "fp16" and accelerator.device.type == "cpu":  # Accelerate would train in fp32
-        raise ValueError("mixed_precision fp16 needs a GPU; on the CPU use --mixed-precision bf16 or no")
+    if mixed_precision == "fp16" and accelerator.device.type == "cpu":  # a device Accelerate fell back from
+        raise ValueError("mixed_precision fp16 needs a GPU; on the CPU use --mixed-precision bf16 (or auto, or no)")
     if config.loss == "infonce" and config.weince != WeinceConfig():
         changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
         not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
@@ -1114,7 +1130,8 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
         if is_main:
 
             def encoder(texts):
-                return unwrapped.encode(texts, batch_size=config.eval_batch_size)
+                with _evaluation_autocast(config, accelerator.device):
+                    return unwrapped.encode(texts, batch_size=config.eval_batch_size)
 
             score = float(stsb_spearman(encoder, split="dev", data_dir=data_dir))
         accelerator.wait_for_everyone()
@@ -1128,7 +1145,8 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
     accelerator.print(
         f"training {config.model} with {config.loss} on {len(tokenized):,} sentences from {train_file}: "
         f"{total_steps} steps of {config.batch_size} x {accum} on {accelerator.num_processes} process(es), "
-        f"{accelerator.device}"
+        f"{accelerator.device}, {precision_label(mixed_precision)}"
+        + (f" (mixed precision {config.mixed_precision})" if config.mixed_precision == "auto" else "")
         + (f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "")
     )
     progress = tqdm(total=total_steps, initial=start_step, disable=not is_main, desc="training", dynamic_ncols=True)
@@ -1142,7 +1160,9 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
             for _ in range(accum):
                 batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
                 with accelerator.accumulate(model):
-                    loss, diagnostics = forward_backward(model, batch, objective, accelerator, config.mini_batch_size)
+                    loss, diagnostics = forward_backward(
+                        model, batch, objective, accelerator, config.mini_batch_size, config.length_chunks
+                    )
                     if accelerator.sync_gradients and config.max_grad_norm:
                         accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                     optimizer.step()
@@ -1175,7 +1195,7 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
             state["history"].append(entry)
             sentences_per_second = (step + 1 - start_step) * config.batch_size * accum / session_seconds
             progress.update(1)
-            progress.set_postfix(_postfix(entry, sentences_per_second), refresh=False)
+            progress.set_postfix(_postfix(entry, sentences_per_second, mixed_precision), refresh=False)
             if (step + 1) % config.logging_steps == 0:
                 accelerator.log({k: v for k, v in entry.items() if k not in ("step", "train_seconds")}, step=step + 1)
 
@@ -1238,6 +1258,7 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
                 "train_file": str(train_file),
                 "num_processes": accelerator.num_processes,
                 "device": str(accelerator.device),
+                "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
                 "wall_time_seconds": previous_wall + time.perf_counter() - wall_start,
                 "train_time_seconds": train_seconds,
                 "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
@@ -1312,22 +1333,31 @@ def _final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, dev
     model = SentenceTransformer(str(output_dir), device=str(device))
     # The evaluation package's default encoding options: what a user gets from the same call on the folder.
     # STS-B dev/test: the original (raw text) benchmark, sentence-transformers' protocol.
-    results = {
-        "stsb_dev_spearman": float(stsb_spearman(model, split="dev", data_dir=data_dir)),
-        "stsb_test_spearman": float(stsb_spearman(model, split="test", data_dir=data_dir)),
-    }
-    if config.final_tasks:  # SimCSE's table: SentEval's tokenised, lower-cased copies (its STS-B column differs)
-        table = evaluate_sts(model, tasks=config.final_tasks, split="test", data_dir=data_dir)
-        results["sts_test"] = {key: value for key, value in table.items() if key != "details"}
-        results["sts_table"] = format_sts_table(table)
+    with _evaluation_autocast(config, device):
+        results = {
+            "stsb_dev_spearman": float(stsb_spearman(model, split="dev", data_dir=data_dir)),
+            "stsb_test_spearman": float(stsb_spearman(model, split="test", data_dir=data_dir)),
+        }
+        if config.final_tasks:  # SimCSE's table: SentEval's tokenised, lower-cased copies (its STS-B column differs)
+            table = evaluate_sts(model, tasks=config.final_tasks, split="test", data_dir=data_dir)
+            results["sts_test"] = {key: value for key, value in table.items() if key != "details"}
+            results["sts_table"] = format_sts_table(table)
+    results["evaluation_precision"] = "bf16" if config.eval_bf16 else "fp32"
     return results
+
+
+def _evaluation_autocast(config: TrainConfig, device):
+    """bf16 autocast for evaluation when ``eval_bf16`` asks for it; otherwise fp32 (no autocast at all, even
+    inside a bf16 training run)."""
+    device_type = torch.device(device).type
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.eval_bf16)
 
 
 def _fmt(value) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def _postfix(entry: dict, sentences_per_second: float) -> dict:
+def _postfix(entry: dict, sentences_per_second: float, mixed_precision: str = "no") -> dict:
     postfix = {"loss": f"{entry['loss']:.4f}"}
     if "lambda_mean" in entry:
         postfix.update(
@@ -1340,6 +1370,7 @@ def _postfix(entry: dict, sentences_per_second: float) -> dict:
             }
         )
     postfix["sent/s"] = f"{sentences_per_second:.1f}"
+    postfix["precision"] = precision_label(mixed_precision)
     return postfix
 
 

@@ -141,7 +141,7 @@ CASES = [
     T("quantile-text", "--weince.quantile", "high", "--output-dir", "{root}/new", expect="quantile must be a number"),
     T("beta-negative", "--beta", "-1", "--output-dir", "{root}/new", expect="beta must be > 0"),
     T("mixed-precision-fp8", "--mixed-precision", "fp8", "--output-dir", "{root}/new",
-      expect="mixed_precision must be no, fp16 or bf16"),
+      expect="mixed_precision must be one of auto, no, fp16, bf16"),
     T("unknown-final-task", "--final-tasks", "sts99", "--output-dir", "{root}/new", expect="unknown final_tasks"),
     T("dropout-1.5", "--dropout", "1.5", "--output-dir", "{root}/new", expect="dropout must be in [0, 1)"),
     T("eval-max-length-0", "--eval-max-length", "0", "--output-dir", "{root}/new", expect="eval_max_length must be"),

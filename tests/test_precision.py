@@ -1,0 +1,147 @@
+"""--mixed-precision auto: bf16 where the device computes it natively, fp32 elsewhere; what a run records, and
+evaluation in fp32 unless asked otherwise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from train_helpers import make_tiny_model, write_train_file
+
+from simcse_weince import precision
+from simcse_weince.precision import native_bf16, resolve_mixed_precision
+from simcse_weince.train import preset, train
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> str:
+    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory, data_dir) -> str:
+    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=100))
+
+
+# ------------------------------------------------------------------------------------------- the rule
+
+
+def _cpu_probes(monkeypatch, avx512_bf16, amx):
+    for name, answer in (("_is_avx512_bf16_supported", avx512_bf16), ("_is_amx_tile_supported", amx)):
+        if answer is None:
+            monkeypatch.delattr(torch.cpu, name, raising=False)
+        elif isinstance(answer, Exception):
+
+            def probe(error=answer):
+                raise error
+
+            monkeypatch.setattr(torch.cpu, name, probe, raising=False)
+        else:
+            monkeypatch.setattr(torch.cpu, name, lambda answer=answer: answer, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"),
+    [
+        (True, False, "bf16"),
+        (False, True, "bf16"),
+        (False, False, "no"),
+        (None, None, "no"),  # a torch without the private probes: not known to be native
+        (RuntimeError("cpuinfo failed"), False, "no"),  # a probe that fails counts as absent
+        (RuntimeError("cpuinfo failed"), True, "bf16"),
+    ],
+)
+def test_auto_on_the_cpu_follows_the_cpu_features(monkeypatch, avx512_bf16, amx, expected):
+    _cpu_probes(monkeypatch, avx512_bf16, amx)
+    assert resolve_mixed_precision("auto", "cpu") == expected
+    for explicit in ("no", "bf16"):  # an explicit choice is never second-guessed
+        assert resolve_mixed_precision(explicit, "cpu") == explicit
+
+
+def test_auto_on_cuda_needs_native_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    calls = []
+
+    def is_bf16_supported(including_emulation=True):
+        calls.append(including_emulation)
+        return not including_emulation  # emulated bf16 must not count
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    assert resolve_mixed_precision("auto", "cuda") == "no"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", is_bf16_supported)
+    assert resolve_mixed_precision("auto", "cuda") == "bf16" and calls == [False]
+    assert resolve_mixed_precision("fp16", "cuda") == "fp16"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not native_bf16("cuda")
+    assert not native_bf16("mps")  # other accelerators stay in fp32 under auto
+
+
+def test_bad_precisions_are_refused_with_a_clear_message():
+    with pytest.raises(ValueError, match="fp16 needs a GPU; on the CPU use --mixed-precision bf16"):
+        resolve_mixed_precision("fp16", "cpu")
+    with pytest.raises(ValueError, match="mixed_precision must be one of auto, no, fp16, bf16, got 'fp8'"):
+        resolve_mixed_precision("fp8", "cpu")
+    with pytest.raises(ValueError, match="mixed_precision must be one of auto, no, fp16, bf16"):
+        preset("cpu-demo", mixed_precision="bf32")
+    assert preset("cpu-demo").mixed_precision == "auto" and preset("paper").mixed_precision == "auto"
+
+
+# -------------------------------------------------------------------------------------- what a run does
+
+
+class EncoderDtypes:
+    """The dtypes the encoder's linear layers compute in (their outputs), split by mode: training steps vs
+    evaluation encodes. Under bf16 autocast the matmuls give bf16; LayerNorm outputs stay float32 either way."""
+
+    def __init__(self):
+        self.training: set[torch.dtype] = set()
+        self.evaluation: set[torch.dtype] = set()
+
+    def __call__(self, module, args, output):
+        if isinstance(module, torch.nn.Linear):
+            (self.training if module.training else self.evaluation).add(output.dtype)
+
+    def __enter__(self):
+        self.handle = torch.nn.modules.module.register_module_forward_hook(self)
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def _run(tiny_model, train_file, output_dir: Path, **overrides):
+    config = preset(
+        "paper", model=tiny_model, train_file=train_file, pooler="avg", batch_size=16, max_steps=2, eval_steps=2,
+        save_steps=0, eval_max_length=32, final_tasks=["stsb"], report_to=["csv"], output_dir=str(output_dir),
+        **overrides,
+    )  # fmt: skip
+    with EncoderDtypes() as dtypes:
+        results = train(config)
+    return results, dtypes
+
+
+def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, train_file, tmp_path, capsys):
+    used = resolve_mixed_precision("auto", "cpu")  # bf16 on a CPU with AVX512-BF16 or AMX (this project's CI)
+    results, dtypes = _run(tiny_model, train_file, tmp_path / "auto")
+    assert results["config"]["mixed_precision"] == "auto" and results["mixed_precision"] == used
+    assert json.loads((tmp_path / "auto" / "results.json").read_text())["mixed_precision"] == used
+    expected = torch.bfloat16 if used == "bf16" else torch.float32
+    assert dtypes.training == {expected}
+    assert dtypes.evaluation == {torch.float32}  # evaluation stays fp32: SentEval's digits
+    label = precision.precision_label(used)
+    assert f"{label} (mixed precision auto)" in capsys.readouterr().out
+    card = (tmp_path / "auto" / "README.md").read_text()
+    assert f"precision `{label}` (chosen by `--mixed-precision auto`)" in card
+
+
+def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_file, tmp_path):
+    results, dtypes = _run(tiny_model, train_file, tmp_path / "fp32", mixed_precision="no")
+    assert results["mixed_precision"] == "no" and results["evaluation_precision"] == "fp32"
+    assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.float32}
+    assert "precision `fp32`" in (tmp_path / "fp32" / "README.md").read_text()
+
+    results, dtypes = _run(tiny_model, train_file, tmp_path / "eval-bf16", mixed_precision="no", eval_bf16=True)
+    assert results["evaluation_precision"] == "bf16"
+    assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.bfloat16}
