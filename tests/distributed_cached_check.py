@@ -113,7 +113,7 @@ def main(model_path: str, train_file: str, output_dir: str) -> None:
     config = preset(
         "paper", model=model_path, train_file=train_file, pooler="avg", dropout=0.0, batch_size=16, mini_batch_size=3,
         max_steps=3, eval_steps=0, save_steps=0, final_evaluation=False, report_to=["csv"],
-        output_dir=str(Path(output_dir) / "cached"), cpu=True, learning_rate=1e-3,
+        output_dir=str(Path(output_dir) / "cached"), cpu=True, learning_rate=1e-3, mixed_precision="no",
     )  # fmt: skip
     results = train(config)
     if results:  # the main process

@@ -62,7 +62,7 @@ def main(model_path: str, train_file: str, output_dir: str) -> None:
     # 2. the trainer itself on two processes
     config = preset(
         "paper", model=model_path, train_file=train_file, batch_size=16, max_steps=4, eval_steps=0, save_steps=2,
-        final_tasks=[], report_to=["csv"], output_dir=output_dir, cpu=True, learning_rate=1e-3,
+        final_tasks=[], report_to=["csv"], output_dir=output_dir, cpu=True, learning_rate=1e-3, mixed_precision="no",
     )  # fmt: skip
     results = train(config)
     if rank == 0:

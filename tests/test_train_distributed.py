@@ -57,7 +57,7 @@ def test_two_processes_with_mini_batches_match_one_process_on_the_whole_batch(tm
     config = preset(
         "paper", model=str(model), train_file=str(train_file), pooler="avg", dropout=0.0, batch_size=16, max_steps=3,
         eval_steps=0, save_steps=0, final_evaluation=False, report_to=["csv"], output_dir=str(tmp_path / "one"),
-        cpu=True, learning_rate=1e-3,
+        cpu=True, learning_rate=1e-3, mixed_precision="no",
     )  # fmt: skip
     expected = [entry["loss"] for entry in train(config)["history"]]
     assert report["train"]["num_processes"] == 2
