@@ -185,6 +185,18 @@ MUTATIONS = (
           "    shutil.rmtree(output_dir, ignore_errors=True)\n    return True"),),
         ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
     ),
+    # ---- throughput: precision and padding
+    Mutation(
+        "text model: length-sorted chunks returned in sorted order", "simcse_weince/modeling.py",
+        (("return torch.cat(pooled).index_select(0, torch.argsort(order))", "return torch.cat(pooled)"),),
+        ("tests/test_length_chunks.py", "-k", "padded_embeddings"), "each sentence must get its own embedding back",
+    ),
+    Mutation(
+        "precision: auto picks bf16 on any CPU (emulated bf16 is ~25x slower)", "simcse_weince/precision.py",
+        (('return _cpu_feature("_is_avx512_bf16_supported") or _cpu_feature("_is_amx_tile_supported")',
+          "return True"),),
+        ("tests/test_precision.py", "-k", "cpu_features"), "auto must follow the CPU's native bf16 support",
+    ),
     # ---- distributed
     Mutation(
         "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
