@@ -29,12 +29,14 @@ def register(subparsers) -> None:
         epilog=TRAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from simcse_weince.train import PRESETS
+
     run = train_parser.add_argument_group("run")
     run.add_argument(
         "--preset",
         default=None,
-        choices=["paper", "cpu-demo"],
-        help="paper (default: BERT-base on wiki1m) or cpu-demo",
+        choices=list(PRESETS),
+        help="paper (default: BERT-base on wiki1m), cpu-demo (MiniLM, mean pooling) or cpu-cls (MiniLM, SimCSE's cls)",
     )
     run.add_argument("--config", metavar="FILE", help="YAML/JSON file of settings (WEINCE ones under 'weince:')")
     run.add_argument(

@@ -73,8 +73,23 @@ def test_presets_hold_the_recipes():
     assert paper.weince == WeinceConfig()
     demo = preset("cpu-demo")
     assert (demo.model, demo.pooler, demo.train_file) == ("bundled:all-MiniLM-L6-v2", "avg", "wiki1m_head.txt")
+    # cpu-cls: the cpu-demo trained and evaluated SimCSE's way ([CLS] + MLP in training, without it at evaluation)
+    cls = preset("cpu-cls")
+    assert (cls.pooler, cls.output_dir) == ("cls", "runs/cpu-cls")
+    differing = {k for k, v in cls.to_dict().items() if v != demo.to_dict()[k]}
+    assert differing == {"pooler", "output_dir"}
     with pytest.raises(ValueError, match="unknown preset"):
         preset("laptop")
+
+
+def test_every_preset_is_a_cli_choice(capsys):
+    from simcse_weince.cli import main
+    from simcse_weince.train import PRESETS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--preset", "laptop"])
+    message = capsys.readouterr().err
+    assert all(f"'{name}'" in message for name in PRESETS) and "cpu-cls" in PRESETS
 
 
 def test_overrides_are_typed_and_reach_every_weince_field(tmp_path):
