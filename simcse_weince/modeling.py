@@ -75,6 +75,14 @@ def hub_id_of(model: str) -> str | None:
     return model
 
 
+def trim_trailing_padding(inputs: dict) -> dict:
+    """``inputs`` without the trailing columns that no row attends to (the padding a slice of a batch no longer
+    needs). Leading padding is kept: it carries positions."""
+    attended = inputs["attention_mask"].any(dim=0).nonzero()
+    width = int(attended.max()) + 1 if len(attended) else 1
+    return {name: value[:, :width] for name, value in inputs.items()}
+
+
 def default_max_seq_length(model_path: str, tokenizer) -> int:
     """The evaluation length: the base SentenceTransformer's ``max_seq_length`` if it has one, else <= 512."""
     st_config = Path(model_path) / "sentence_bert_config.json"
@@ -212,14 +220,10 @@ class SimCSEModel(nn.Module):
 
     def _encode_length_sorted(self, inputs: dict, length_chunks: int) -> torch.Tensor:
         """Training-pooler embeddings of ``inputs``, encoded in ``length_chunks`` length-sorted chunks."""
-        mask = inputs["attention_mask"]
-        lengths = mask.sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
+        order = torch.argsort(inputs["attention_mask"].sum(dim=1), descending=True, stable=True)
         pooled = []
         for rows in torch.tensor_split(order, min(length_chunks, len(order))):
-            # the last real token of the chunk: everything after it is padding of every row in the chunk
-            width = max(int(mask[rows].any(dim=0).nonzero().max()) + 1, 1) if int(lengths[rows].max()) else 1
-            chunk = {name: value[rows, :width] for name, value in inputs.items()}
+            chunk = trim_trailing_padding({name: value[rows] for name, value in inputs.items()})
             hidden = self.encoder(**chunk).last_hidden_state
             pooled.append(self.pool(hidden, chunk["attention_mask"], self.pooler))
         # back to the input order: row order[i] of the input is row i of the sorted embeddings

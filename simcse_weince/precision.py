@@ -53,12 +53,6 @@ def native_bf16(device_type: str) -> bool:
     return False
 
 
-def training_device_type(cpu: bool = False) -> str:
-    """The device type Accelerate will train on: ``cuda`` when one is visible and not refused, else ``cpu``
-    (other accelerators count as ``cpu`` here, so ``auto`` keeps them in fp32)."""
-    return "cuda" if torch.cuda.is_available() and not cpu else "cpu"
-
-
 def resolve_mixed_precision(requested: str, device_type: str) -> str:
     """The precision a run uses: ``requested`` itself, or for ``auto`` ``bf16`` / ``no`` by the rule above.
 

@@ -41,7 +41,7 @@ import torch
 
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
-from simcse_weince.precision import MIXED_PRECISION, precision_label, resolve_mixed_precision, training_device_type
+from simcse_weince.precision import MIXED_PRECISION, precision_label, resolve_mixed_precision
 from simcse_weince.validation import check_utf8_text_file
 from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
 
@@ -564,13 +564,14 @@ def forward_backward(
 
     from sentence_transformers.base.losses.gradcache import RandContext
 
+    from simcse_weince.modeling import trim_trailing_padding
+
     rows = batch["input_ids"].shape[0]
-    chunks = []
-    for begin in range(0, rows, mini_batch_size):
-        chunk = {name: value[begin : begin + mini_batch_size] for name, value in batch.items()}
-        # drop the padding columns this chunk does not need (the batch is padded to its longest sentence)
-        width = max(int(chunk["attention_mask"].sum(dim=1).max()), 1)
-        chunks.append({name: value[:, :width] for name, value in chunk.items()})
+    # each chunk drops the padding columns it does not need (the batch is padded to its longest sentence)
+    chunks = [
+        trim_trailing_padding({name: value[begin : begin + mini_batch_size] for name, value in batch.items()})
+        for begin in range(0, rows, mini_batch_size)
+    ]
 
     random_states, first_chunks, second_chunks = [], [], []
     with torch.no_grad():
@@ -968,7 +969,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
 def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> dict:
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
+    from accelerate.state import AcceleratorState, GradientState, PartialState
     from accelerate.utils import DataLoaderConfiguration, ProjectConfiguration, set_seed
     from tqdm.auto import tqdm
     from transformers import get_scheduler
@@ -1001,8 +1002,9 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
     # split_batches: our batch_size is global, so the scheduler must step once per optimizer update (without
     # it Accelerate steps it once per process, assuming per-device batches)
     # auto -> bf16 where the device computes it natively, else fp32; fp16 on a CPU is refused (Accelerate would
-    # silently train in fp32)
-    mixed_precision = resolve_mixed_precision(config.mixed_precision, training_device_type(config.cpu))
+    # silently train in fp32). The device is the one the Accelerator below will use (same process-wide state).
+    device_type = PartialState(cpu=config.cpu).device.type
+    mixed_precision = resolve_mixed_precision(config.mixed_precision, device_type)
     accelerator = Accelerator(
         cpu=config.cpu,
         mixed_precision=mixed_precision,
@@ -1012,8 +1014,6 @@ def _train(config: TrainConfig, *, resume, overwrite: bool, claimed: list) -> di
         project_config=ProjectConfiguration(project_dir=str(output_dir), logging_dir=str(output_dir / "logs")),
     )
     is_main = accelerator.is_main_process
-    if mixed_precision == "fp16" and accelerator.device.type == "cpu":  # a device Accelerate fell back from
-        raise ValueError("mixed_precision fp16 needs a GPU; on the CPU use --mixed-precision bf16 (or auto, or no)")
     if config.loss == "infonce" and config.weince != WeinceConfig():
         changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
         not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
