@@ -61,6 +61,16 @@ def minilm(minilm_path):
     return SentenceTransformer(minilm_path, device="cpu")
 
 
+@pytest.fixture()
+def fresh_minilm(minilm):
+    """A copy of the MiniLM that a test may train (length 32, SimCSE's)."""
+    import copy
+
+    model = copy.deepcopy(minilm)
+    model.max_seq_length = 32
+    return model
+
+
 @pytest.fixture(scope="session")
 def wiki_sentences(data_dir) -> list[str]:
     lines = (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()

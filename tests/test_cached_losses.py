@@ -8,7 +8,7 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.gradcache import _create_minibatch
-from train_helpers import make_tiny_model
+from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.losses import DIAGNOSTIC_KEYS
@@ -50,15 +50,6 @@ def _loss_and_grads(model, loss_fn, features, seed=0):
     return loss.detach(), grads
 
 
-def _assert_grads_close(actual, expected, tolerance=1e-5):
-    """Every gradient within ``tolerance`` of the largest one (float32 summation order)."""
-    assert set(actual) == set(expected) and len(expected) > 10
-    scale = max(grad.abs().max().item() for grad in expected.values())
-    assert scale > 0
-    for name, grad in expected.items():
-        difference = (actual[name] - grad).abs().max().item()
-        assert difference <= tolerance * scale, f"{name}: {difference} (largest gradient {scale})"
-
 
 @pytest.mark.parametrize("num_columns", [1, 2, 3])
 @pytest.mark.parametrize("mini_batch_size", [5, 3])  # divides the batch of 10, does not
@@ -69,7 +60,7 @@ def test_cached_weince_equals_weince_with_dropout_off(model, wiki_sentences, num
     cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=mini_batch_size)
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
     assert set(cached.last_diagnostics) == set(DIAGNOSTIC_KEYS)
 
 
@@ -80,7 +71,7 @@ def test_cached_infonce_equals_infonce_with_dropout_off(model, wiki_sentences, n
     expected_loss, expected_grads = _loss_and_grads(model, InfoNCELoss(model), features)
     loss, grads = _loss_and_grads(model, CachedInfoNCELoss(model, mini_batch_size=4), features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
 
 
 def test_cached_infonce_equals_sentence_transformers_cached_mnrl(model, wiki_sentences):
@@ -92,7 +83,7 @@ def test_cached_infonce_equals_sentence_transformers_cached_mnrl(model, wiki_sen
     expected_loss, expected_grads = _loss_and_grads(model, lambda f: mnrl(f, None), features)
     loss, grads = _loss_and_grads(model, CachedInfoNCELoss(model, 0.05, mini_batch_size=4), features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
 
 
 @pytest.mark.parametrize("num_columns", [1, 2, 3])
@@ -141,7 +132,7 @@ def test_dropout_is_replayed_and_gradients_match_chunked_reference(model, wiki_s
 
     expected_loss, expected_grads = _loss_and_grads(model, reference, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
 
 
 def test_evaluation_mode_returns_the_loss_without_gradients(model, wiki_sentences):
@@ -161,7 +152,7 @@ def test_token_budget_mini_batches_give_the_same_loss(model, wiki_sentences):
     cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_num_tokens=60)
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
 
 
 def test_options_are_checked_and_reported(model):
@@ -189,17 +180,6 @@ def test_options_are_checked_and_reported(model):
 # ------------------------------------------------------------------------- training on the real MiniLM
 
 
-@pytest.fixture()
-def fresh_minilm(minilm):
-    model = copy.deepcopy(minilm)
-    model.max_seq_length = 32
-    return model
-
-
-def _parameters(model):
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
-
-
 def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki_sentences, tmp_path):
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -213,7 +193,7 @@ def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
         def on_step_end(self, args, state, control, **kwargs):
             seen.append(loss.last_diagnostics)
 
-    before = _parameters(fresh_minilm)
+    before = flat_parameters(fresh_minilm)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=16, num_train_epochs=1, learning_rate=3e-5,
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, seed=0, dataloader_drop_last=True,
@@ -225,7 +205,7 @@ def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
     assert result.global_step == 3
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
-    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert len(seen) == 3 and all(set(diagnostics) == set(DIAGNOSTIC_KEYS) for diagnostics in seen)
     assert all(0.0 <= diagnostics["lambda_mean"] <= 1.0 for diagnostics in seen)
 
@@ -238,7 +218,7 @@ def test_cached_weince_trains_with_legacy_fit_on_pairs(fresh_minilm, wiki_senten
     examples = [InputExample(texts=[text, text.lower()]) for text in texts]
     loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
     loss = CachedWeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0), mini_batch_size=6)
-    before = _parameters(fresh_minilm)
+    before = flat_parameters(fresh_minilm)
     fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
-    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)

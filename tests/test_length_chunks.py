@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer
+from train_helpers import assert_grads_close
 
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
 from simcse_weince.modeling import SimCSEModel
@@ -67,14 +68,6 @@ def _assert_close(actual, expected, tolerance=1e-5):
     assert difference <= tolerance * scale, f"{difference} (largest value {scale})"
 
 
-def _assert_grads_close(actual, expected, tolerance=1e-5):
-    assert set(actual) == set(expected) and len(expected) > 10
-    scale = max(grad.abs().max().item() for grad in expected.values())
-    assert scale > 0
-    for name, grad in expected.items():
-        difference = (actual[name] - grad).abs().max().item()
-        assert difference <= tolerance * scale, f"{name}: {difference} (largest gradient {scale})"
-
 
 @pytest.mark.parametrize("pooler", ["avg", "cls"])
 @pytest.mark.parametrize("length_chunks", [2, 4, 7])
@@ -112,7 +105,7 @@ def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(min
     for options in ({"length_chunks": 4}, {"length_chunks": 3, "mini_batch_size": 10}):  # also under GradCache
         loss, diagnostics, grads = step(**options)
         assert loss == pytest.approx(expected_loss, rel=1e-5), options
-        _assert_grads_close(grads, expected_grads)
+        assert_grads_close(grads, expected_grads)
         for name, statistic in expected_diagnostics.items():
             assert diagnostics[name].item() == pytest.approx(statistic.item(), rel=1e-4, abs=1e-5), (options, name)
 
@@ -146,6 +139,6 @@ def test_sentence_transformers_token_budget_gives_the_padded_loss_and_gradients(
     expected_loss, expected_grads, padded_inputs = loss_and_grads(WeinceLoss(model, config=CONFIG))
     loss, grads, budget_inputs = loss_and_grads(CachedWeinceLoss(model, config=CONFIG, mini_batch_num_tokens=96))
     assert loss == pytest.approx(expected_loss, rel=1e-5)
-    _assert_grads_close(grads, expected_grads)
+    assert_grads_close(grads, expected_grads)
     # GradCache encodes every sentence twice (without and with a graph): compare one pass with the padded forward
     assert budget_inputs.positions // 2 < padded_inputs.positions

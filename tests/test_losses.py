@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from datasets import Dataset
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from train_helpers import flat_parameters
 
 from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.losses import DIAGNOSTIC_KEYS
-
-
-@pytest.fixture()
-def fresh_minilm(minilm):
-    model = copy.deepcopy(minilm)
-    model.max_seq_length = 32
-    return model
-
-
-def _parameters(model):
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
 
 
 def _features(model, texts):
@@ -39,7 +27,7 @@ def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
         def on_step_end(self, args, state, control, **kwargs):
             seen.append(loss.last_diagnostics)
 
-    before = _parameters(fresh_minilm)
+    before = flat_parameters(fresh_minilm)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=16,
@@ -59,7 +47,7 @@ def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
     assert result.global_step == 3
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
-    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert len(seen) == 3
     for diagnostics in seen:
         assert set(diagnostics) == set(DIAGNOSTIC_KEYS)
@@ -75,9 +63,9 @@ def test_legacy_fit_with_single_sentences(fresh_minilm, wiki_sentences):
     examples = [InputExample(texts=[text]) for text in wiki_sentences[100:132]]
     loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
     loss = WeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0))
-    before = _parameters(fresh_minilm)
+    before = flat_parameters(fresh_minilm)
     fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
-    assert not torch.equal(before, _parameters(fresh_minilm))
+    assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
 
 

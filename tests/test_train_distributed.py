@@ -16,14 +16,21 @@ from train_helpers import REPO_ROOT, make_tiny_model, subprocess_env, write_trai
 from simcse_weince.train import preset, train
 
 
-def test_two_processes_gather_negatives_and_train(tmp_path, data_dir):
+def _two_process_report(script: str, report_name: str, tmp_path, data_dir):
+    """Run ``tests/<script>`` on 2 processes with a tiny BERT and 200 wiki sentences; its JSON report, the model
+    and the training file."""
     if shutil.which("torchrun") is None and not _has_torchrun_module():
         pytest.skip("torchrun is not available")
     model = make_tiny_model(tmp_path / "tiny")
     train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=200)
     output_dir = tmp_path / "run"
-    _run_two_processes("distributed_train_check.py", model, train_file, output_dir)
-    report = json.loads((output_dir / "distributed_report.json").read_text())
+    _run_two_processes(script, model, train_file, output_dir)
+    return json.loads((output_dir / report_name).read_text()), model, train_file
+
+
+def test_two_processes_gather_negatives_and_train(tmp_path, data_dir):
+    report, _, _ = _two_process_report("distributed_train_check.py", "distributed_report.json", tmp_path, data_dir)
+    output_dir = tmp_path / "run"
     assert report["world"] == 2
     for loss_name in ("weince", "infonce"):
         numbers = report[loss_name]
@@ -39,13 +46,9 @@ def test_two_processes_gather_negatives_and_train(tmp_path, data_dir):
 
 
 def test_two_processes_with_mini_batches_match_one_process_on_the_whole_batch(tmp_path, data_dir):
-    if shutil.which("torchrun") is None and not _has_torchrun_module():
-        pytest.skip("torchrun is not available")
-    model = make_tiny_model(tmp_path / "tiny")
-    train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=200)
-    output_dir = tmp_path / "run"
-    _run_two_processes("distributed_cached_check.py", model, train_file, output_dir)
-    report = json.loads((output_dir / "distributed_cached_report.json").read_text())
+    report, model, train_file = _two_process_report(
+        "distributed_cached_check.py", "distributed_cached_report.json", tmp_path, data_dir
+    )
     assert report["world"] == 2
     checks = {**report["sentence_transformers"], **report["trainer_step"]}
     assert set(checks) == {"1_columns", "2_columns", "weince", "infonce"}

@@ -48,3 +48,20 @@ def subprocess_env() -> dict:
 
 def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "simcse_weince.cli", *args]
+
+
+def assert_grads_close(actual: dict, expected: dict, tolerance: float = 1e-5) -> None:
+    """Every gradient within ``tolerance`` of the largest one (float32 summation order differs between paths)."""
+    assert set(actual) == set(expected) and len(expected) > 10
+    scale = max(grad.abs().max().item() for grad in expected.values())
+    assert scale > 0
+    for name, grad in expected.items():
+        difference = (actual[name] - grad).abs().max().item()
+        assert difference <= tolerance * scale, f"{name}: {difference} (largest gradient {scale})"
+
+
+def flat_parameters(model):
+    """A copy of all of ``model``'s parameters as one vector (to check that training moved them)."""
+    import torch
+
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
