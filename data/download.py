@@ -24,7 +24,8 @@ def download_sts(data_dir):
 
 
 def download_wiki(data_dir):
-    from simcse_weince.train import preset, resolve_train_file
+    from simcse_weince.text.config import preset
+    from simcse_weince.text.data import resolve_train_file
 
     for train_file in ("wiki1m_for_simcse.txt", "wiki1m_head.txt"):
         print(train_file, "->", resolve_train_file(preset("paper", train_file=train_file, data_dir=data_dir)))

@@ -45,7 +45,8 @@ def steady_rate(step_end_times: list[float], warmup: int, batch_size: int) -> fl
 
 
 def run_ours(model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int) -> float:
-    from simcse_weince.train import preset, train
+    from simcse_weince.text.config import preset
+    from simcse_weince.text.train import train
 
     config = preset(
         "paper",
@@ -144,8 +145,7 @@ def main() -> None:
 
     import torch
 
-    from simcse_weince.modeling import resolve_model_path
-    from simcse_weince.paths import resolve_data_dir
+    from simcse_weince.paths import resolve_data_dir, resolve_model_path
 
     model_path = resolve_model_path(args.model)
     needed = (args.warmup + args.steps) * args.batch_size
@@ -158,7 +158,7 @@ def main() -> None:
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
     )
     from simcse_weince.precision import resolve_mixed_precision
-    from simcse_weince.train import TrainConfig
+    from simcse_weince.text.config import TrainConfig
 
     chunks = TrainConfig.length_chunks  # the trainer's default
     auto = resolve_mixed_precision("auto", "cpu")

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.vision.config import VisionTrainConfig
 from simcse_weince.vision.evaluate import LinearProbeConfig, evaluate_checkpoint, evaluate_model, mean_interval
-from simcse_weince.vision.train import VisionTrainConfig, build_model, train
+from simcse_weince.vision.train import build_model, train
 
 KS = (1, 5, 20)
 
@@ -72,16 +73,16 @@ def main() -> None:
                 backbone="resnet18",
                 loss=loss,
                 image_size=args.image_size,
-                epochs=args.epochs,
+                num_epochs=args.epochs,
                 batch_size=args.batch_size,
                 seed=seed,
                 output_dir=str(output_dir / f"{loss}-seed{seed}"),
             )
             run = train(config)
             if loss == "weince":
-                lambdas += [record["lambda_mean"] for record in run["history"]]
+                lambdas += [record["lambda_mean"] for record in run["history"] if "lambda_mean" in record]
             results[loss].append(evaluate_checkpoint(run["checkpoint"], **evaluation))
-            steps = run["global_step"]
+            steps = run["step"]
             print(f"seed {seed} {loss}: linear {results[loss][-1]['linear_accuracy']['mean']:.4f}", flush=True)
 
     minutes = (time.perf_counter() - started) / 60

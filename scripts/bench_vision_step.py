@@ -19,8 +19,8 @@ import time
 
 import torch
 
+from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.vision.backbones import SimCLRModel
-from simcse_weince.vision.train import ContrastiveObjective
 
 
 def timed(function, *args) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
     model = SimCLRModel.build(args.backbone, args.image_size)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
     images = torch.randn(2 * args.batch_size, 3, args.image_size, args.image_size)
-    objectives = {"infonce": ContrastiveObjective("infonce", 0.5), "weince": ContrastiveObjective("weince", 0.5)}
+    objectives = {name: ContrastiveObjective(name, 0.5, geometry="simclr") for name in ("infonce", "weince")}
 
     def train_step(objective):
         z1, z2 = model(images).chunk(2)

@@ -255,8 +255,10 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
-    from simcse_weince.modeling import SimCSEModel
-    from simcse_weince.train import ContrastiveObjective, PaddingCollator, forward_backward
+    from simcse_weince.text.data import PaddingCollator
+    from simcse_weince.text.model import SimCSEModel
+    from simcse_weince.text.train import forward_backward
+    from simcse_weince.training.objective import ContrastiveObjective
 
     result = {}
     mixed_precision = "bf16" if (cpu_dry_run or torch.cuda.is_bf16_supported()) else "fp16"
@@ -297,7 +299,8 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     except ImportError:
         result["train"] = {"skipped": "datasets is not installed here: train() not run"}
     else:
-        from simcse_weince.train import preset, train
+        from simcse_weince.text.config import preset
+        from simcse_weince.text.train import train
 
         with tempfile.TemporaryDirectory() as tmp:
             train_file = Path(tmp) / "train.txt"

@@ -36,7 +36,9 @@ class Mutation:
     why: str
 
 
-CORE, LOSSES, TRAIN = "simcse_weince/weince.py", "simcse_weince/losses.py", "simcse_weince/train.py"
+CORE, TRAIN = "simcse_weince/weince.py", "simcse_weince/text/train.py"
+COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
+RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
@@ -86,27 +88,27 @@ MUTATIONS = (
     ),
     # ---- the sentence-transformers losses
     Mutation(
-        "losses: one column, both views from a single dropout sample", LOSSES,
+        "losses: one column, both views from a single dropout sample", COLUMNS,
         (("return _embed_columns(model, sentence_features, separate_first=False)",
           "return [_embed_columns(model, sentence_features[:1], separate_first=False)[0]] * 2"),),
         ("tests/test_losses.py", "-k", "fixed_batch"), "issue 13: test_losses.py:84-97 never compared the views",
     ),
     Mutation(
-        "losses: extra hard-negative columns dropped", LOSSES,
+        "losses: extra hard-negative columns dropped", COLUMNS,
         (("candidates = torch.cat(candidate_columns, dim=0)", "candidates = candidate_columns[0]"),),
         ("tests/test_losses.py", "-k", "mnrl"), "triplets must add negatives",
     ),
     Mutation(
-        "losses: InfoNCELoss ignores its temperature", LOSSES,
-        (("return infonce_loss(anchors, candidates, temperature=self.temperature)",
-          "return infonce_loss(anchors, candidates, temperature=1.0)"),),
+        "losses: InfoNCELoss ignores its temperature", INFONCE,
+        (("loss = infonce_loss(anchors, candidates, temperature=self.temperature)",
+          "loss = infonce_loss(anchors, candidates, temperature=1.0)"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
     Mutation(
         "text trainer: no optimizer.step() and model.eval() instead of model.train()", TRAIN,
-        (("optimizer.step()\n", "pass\n"), ("micro_batches = iter(loader)\n    model.train()",
-                                             "micro_batches = iter(loader)\n    model.eval()")),
+        (("optimizer.step()\n", "pass\n"), ("micro_batches = iter(loader)\n        model.train()",
+                                             "micro_batches = iter(loader)\n        model.eval()")),
         ("tests/test_train.py", "-k", "fixed_batch"), "issue 13: every trainer test passed with it",
     ),
     Mutation(
@@ -115,16 +117,17 @@ MUTATIONS = (
     ),
     Mutation(
         "text trainer: model.eval() instead of model.train() (no dropout views)", TRAIN,
-        (("micro_batches = iter(loader)\n    model.train()", "micro_batches = iter(loader)\n    model.eval()"),),
+        (("micro_batches = iter(loader)\n        model.train()",
+          "micro_batches = iter(loader)\n        model.eval()"),),
         ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
     ),
     Mutation(
-        "text trainer: the last step exported instead of the best dev step", TRAIN,
-        (("_load_weights(unwrapped.encoder, best_dir)", "pass"),),
+        "text trainer: the last step exported instead of the best dev step", RESULTS,
+        (("load_weights(self.model.encoder, self.best_dir)", "pass"),),
         ("tests/test_train.py", "-k", "best_dev"), "the best-dev checkpoint is the exported one",
     ),
     Mutation(
-        "text trainer: the worst dev step kept as the best", TRAIN,
+        "text trainer: the worst dev step kept as the best", RESULTS,
         (('score > state["best_stsb_dev_spearman"]', 'score < state["best_stsb_dev_spearman"]'),),
         ("tests/test_train.py", "-k", "best_dev"), "model selection on STS-B dev",
     ),
@@ -140,9 +143,9 @@ MUTATIONS = (
         ("tests/test_vision_train.py", "-k", "two_views"), "two views of one image must differ",
     ),
     Mutation(
-        "vision adapter: NT-Xent ignores its temperature", VISION_TRAIN,
-        (('infonce_loss(z1, z2, temperature=self.temperature, geometry="simclr")',
-          'infonce_loss(z1, z2, temperature=1.0, geometry="simclr")'),),
+        "trainers' objective: InfoNCE / NT-Xent ignores its temperature", OBJECTIVE,
+        (("infonce_loss(first_view, second_view, temperature=self.temperature, geometry=self.geometry)",
+          "infonce_loss(first_view, second_view, temperature=1.0, geometry=self.geometry)"),),
         ("tests/test_vision_train.py", "-k", "objective_matches"), "the vision objective is the core loss",
     ),
     # ---- evaluation and diagnostics
@@ -175,19 +178,19 @@ MUTATIONS = (
         ("tests/test_train_gradcache.py", "-k", "replayed"), "the second pass must see the first pass's masks",
     ),
     Mutation(
-        "text trainer: resume trusts a checkpoint whose sha256 differs", TRAIN,
+        "run folder: resume trusts a checkpoint whose sha256 differs", RUNS,
         (('elif _sha256(path) != entry["sha256"]:', "elif False:"),),
         ("tests/test_bad_inputs.py", "-k", "falls_back and flipped"), "a same-size corruption is only seen by the hash",
     ),
     Mutation(
-        "text trainer: a failed --overwrite start does not put the earlier run back", TRAIN,
+        "run folder: a failed --overwrite start does not put the earlier run back", RUNS,
         (("    shutil.rmtree(output_dir, ignore_errors=True)\n    os.replace(previous, output_dir)\n    return True",
           "    shutil.rmtree(output_dir, ignore_errors=True)\n    return True"),),
         ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
     ),
     # ---- throughput: precision and padding
     Mutation(
-        "text model: length-sorted chunks returned in sorted order", "simcse_weince/modeling.py",
+        "text model: length-sorted chunks returned in sorted order", "simcse_weince/text/model.py",
         (("return torch.cat(pooled).index_select(0, torch.argsort(order))", "return torch.cat(pooled)"),),
         ("tests/test_length_chunks.py", "-k", "padded_embeddings"), "each sentence must get its own embedding back",
     ),
@@ -196,6 +199,27 @@ MUTATIONS = (
         (('return _cpu_feature("_is_avx512_bf16_supported") or _cpu_feature("_is_amx_tile_supported")',
           "return True"),),
         ("tests/test_precision.py", "-k", "cpu_features"), "auto must follow the CPU's native bf16 support",
+    ),
+    # ---- the shared training core (issue 11)
+    Mutation(
+        "vision trainer: a resumed run restarts the data at batch 0", VISION_TRAIN,
+        (("config.seed, start_step, total_steps,", "config.seed, 0, total_steps - start_step,"),),
+        ("tests/test_vision_train.py", "-k", "epoch_boundary"), "a resume must continue the data where it stopped",
+    ),
+    Mutation(
+        "vision trainer: the epoch-start RNG draw dropped", VISION_TRAIN,
+        (("                torch.empty((), dtype=torch.int64).random_()\n", "                pass\n"),),
+        ("tests/test_step_losses.py", "-k", "digits"), "the augmentations of earlier releases for the same seed",
+    ),
+    Mutation(
+        "training core: a non-finite loss does not stop the run", "simcse_weince/training/tracking.py",
+        (("    if not math.isfinite(loss):", "    if False:"),),
+        ("tests/test_vision_resume.py", "-k", "non_finite"), "a NaN must not reach a checkpoint",
+    ),
+    Mutation(
+        "config: a deprecated vision name is read as itself", "simcse_weince/config.py",
+        (("            key = aliases[key]\n", "            pass\n"),),
+        ("tests/test_vision_resume.py", "-k", "old_names"), "--epochs must still set num_epochs for one release",
     ),
     # ---- distributed
     Mutation(

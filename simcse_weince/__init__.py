@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # Names are resolved on first use, so that `simcse-weince --help` does not wait for torch to import.
 _EXPORTS = {
-    "WeinceConfig": "weince",
+    "WeinceConfig": "weince_config",
     "TailStatistics": "weince",
     "weince_loss": "weince",
     "infonce_loss": "weince",
@@ -22,8 +22,8 @@ _EXPORTS = {
     "weince_logits": "weince",
     "WeinceLoss": "losses",
     "InfoNCELoss": "losses",
-    "CachedWeinceLoss": "cached_losses",
-    "CachedInfoNCELoss": "cached_losses",
+    "CachedWeinceLoss": "losses",
+    "CachedInfoNCELoss": "losses",
 }
 
 __all__ = list(_EXPORTS)

@@ -12,8 +12,8 @@ import sys
 
 # sub-command -> module with register(subparsers)
 SUBCOMMANDS = {
-    "train": "simcse_weince.train_cli",
-    "push": "simcse_weince.train_cli",
+    "train": "simcse_weince.text.cli",
+    "push": "simcse_weince.text.cli",
     "evaluate": "simcse_weince.evaluation.cli",
     "diagnose": "simcse_weince.diagnostics.cli",
     "vision": "simcse_weince.vision.cli",
@@ -70,19 +70,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _show_library_warnings() -> None:
-    """The library logs through ``logging``; the CLI prints its warnings as ``warning: ...`` lines."""
+    """The library logs through ``logging``; the CLI decides what reaches the terminal: its progress messages
+    (INFO) as plain lines and its warnings as ``warning: ...`` lines, on stderr (stdout holds the results)."""
     import logging
 
     class StderrHandler(logging.Handler):
         def emit(self, record):
             print(self.format(record), file=sys.stderr)
 
+    class Formatter(logging.Formatter):
+        def format(self, record):
+            message = record.getMessage()
+            return f"warning: {message}" if record.levelno >= logging.WARNING else message
+
     logger = logging.getLogger("simcse_weince")
     if not any(type(handler).__name__ == "StderrHandler" for handler in logger.handlers):
         handler = StderrHandler()
-        handler.setFormatter(logging.Formatter("warning: %(message)s"))
-        handler.setLevel(logging.WARNING)
+        handler.setFormatter(Formatter())
+        handler.setLevel(logging.INFO)
         logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
 
 
 #: exceptions whose message is written for the user; any other one is named by its type

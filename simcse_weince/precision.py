@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 logger = logging.getLogger(__name__)
 
 MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
@@ -30,6 +28,8 @@ MIXED_PRECISION = ("auto", "no", "fp16", "bf16")
 
 def _cpu_feature(name: str) -> bool:
     """A private ``torch.cpu`` feature probe, False where this torch does not have it or it fails."""
+    import torch  # here, not at the top: the configs import MIXED_PRECISION, and --help must not load torch
+
     probe = getattr(torch.cpu, name, None)
     if probe is None:
         return False
@@ -41,6 +41,8 @@ def _cpu_feature(name: str) -> bool:
 
 def native_bf16(device_type: str) -> bool:
     """True when ``device_type`` ("cpu", "cuda", ...) computes bf16 natively on this machine."""
+    import torch
+
     if device_type == "cuda":
         if not torch.cuda.is_available():
             return False

@@ -17,14 +17,14 @@ from pathlib import Path
 __all__ = ["check_field_types", "check_utf8_text_file"]
 
 
-def _describe(hint) -> str:
+def describe_type(hint) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(arg) for arg in args)
+        return " or ".join(describe_type(arg) for arg in args)
     if origin is typing.Literal:
         return " or ".join(repr(arg) for arg in args)
     if origin is tuple:
-        return f"a list of {_describe(args[0])}"
+        return f"a list of {describe_type(args[0])}"
     return {
         int: "an integer",
         float: "a number",
@@ -66,7 +66,9 @@ def check_field_types(instance) -> None:
             value = os.fspath(value)
             setattr(instance, field.name, value)
         if not _matches(value, hint):
-            raise TypeError(f"{owner}.{field.name} must be {_describe(hint)}, got {value!r} ({type(value).__name__})")
+            raise TypeError(
+                f"{owner}.{field.name} must be {describe_type(hint)}, got {value!r} ({type(value).__name__})"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{owner}.{field.name} must be a finite number, got {value}")
 

@@ -25,8 +25,11 @@ from accelerate import Accelerator
 from sentence_transformers import SentenceTransformer
 
 from simcse_weince import CachedWeinceLoss, WeinceLoss
-from simcse_weince.modeling import SimCSEModel
-from simcse_weince.train import ContrastiveObjective, PaddingCollator, forward_backward, preset, train
+from simcse_weince.text.config import preset
+from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.train import forward_backward, train
+from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince import WeinceConfig
 
 LOCAL_BATCH = 6
@@ -87,10 +90,13 @@ def check_trainer_step(accelerator, model_path, sentences) -> dict:
     for loss_name in ("weince", "infonce"):
         ddp_model.zero_grad(set_to_none=True)
         reference.zero_grad(set_to_none=True)
-        objective = ContrastiveObjective(loss_name, 0.05, CONFIG, gather=True)
+        objective = ContrastiveObjective(loss_name, 0.05, weince=CONFIG, gather=True)
         loss, _ = forward_backward(ddp_model, local, objective, accelerator, mini_batch_size=4)
         expected, _ = forward_backward(
-            reference, tokenize(global_batch), ContrastiveObjective(loss_name, 0.05, CONFIG, gather=False), accelerator
+            reference,
+            tokenize(global_batch),
+            ContrastiveObjective(loss_name, 0.05, weince=CONFIG, gather=False),
+            accelerator,
         )
         report[loss_name] = {
             "loss": loss.item(),

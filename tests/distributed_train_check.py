@@ -18,8 +18,11 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from simcse_weince.modeling import SimCSEModel
-from simcse_weince.train import ContrastiveObjective, PaddingCollator, preset, train
+from simcse_weince.text.config import preset
+from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.train import train
+from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince import WeinceConfig
 
 
@@ -43,10 +46,10 @@ def main(model_path: str, train_file: str, output_dir: str) -> None:
         reference.zero_grad()
         config = WeinceConfig(quantile=0.3)
         first, second = ddp_model(**local, num_views=2)
-        loss, _ = ContrastiveObjective(loss_name, 0.05, config, gather=True)(first, second)
+        loss, _ = ContrastiveObjective(loss_name, 0.05, weince=config, gather=True)(first, second)
         loss.backward()
         first, second = reference(**everything, num_views=2)
-        expected, _ = ContrastiveObjective(loss_name, 0.05, config, gather=False)(first, second)
+        expected, _ = ContrastiveObjective(loss_name, 0.05, weince=config, gather=False)(first, second)
         expected.backward()
         grads = [
             (p.grad - q.grad).abs().max().item()

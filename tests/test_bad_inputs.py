@@ -22,7 +22,8 @@ import torch
 from train_helpers import cli_command, make_tiny_model, subprocess_env, write_train_file
 
 from simcse_weince.cli import main
-from simcse_weince.train import TrainConfig, preset, train
+from simcse_weince.text.config import TrainConfig, preset
+from simcse_weince.text.train import train
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -198,7 +199,7 @@ CASES = [
     Case("vision-stem-on-vit", ["vision", "train", "--backbone", "vit_small", "--stem", "cifar", "--output-dir",
                                 "{root}/v"], "stem applies to ResNet backbones only"),
     Case("vision-beta-text", ["vision", "train", "--beta", "big", "--output-dir", "{root}/v"],
-         "argument --beta: must be 'estimated' or a positive number, got 'big'", 2),
+         "weince.beta must be a number or 'estimated', got 'big'"),
     Case("vision-eval-missing-checkpoint", ["vision", "eval", "{root}/nope"], "no checkpoint at"),
     Case("vision-eval-probe-epochs-0", ["vision", "eval", "{run}", "--probe-epochs", "0"],
          "--probe-epochs must be >= 1"),
@@ -272,7 +273,7 @@ def _weince_config(**kwargs):
 
 
 def _vision_config(**kwargs):
-    from simcse_weince.vision.train import VisionTrainConfig
+    from simcse_weince.vision.config import VisionTrainConfig
 
     return VisionTrainConfig(**kwargs)
 
@@ -300,13 +301,13 @@ API_CASES = [
      "model folder /typo/model not found"),
     ("train-model-is-a-file", lambda w: _train_in_run(w, model=str(w["root"] / "sentences.txt")),
      ValueError, "is a file"),
-    ("vision-config-epochs-text", lambda w: _vision_config(epochs="10"), TypeError,
-     "VisionTrainConfig.epochs must be an integer"),
-    ("load-sentences-latin1", lambda w: __import__("simcse_weince.train", fromlist=["x"]).load_sentences(
+    ("vision-config-epochs-text", lambda w: _vision_config(num_epochs="10"), TypeError,
+     "VisionTrainConfig.num_epochs must be an integer"),
+    ("load-sentences-latin1", lambda w: __import__("simcse_weince.text.data", fromlist=["x"]).load_sentences(
         w["root"] / "latin1"), ValueError, "invalid byte 0xe9 at byte offset 3"),
     ("read-sentences-binary", lambda w: __import__("simcse_weince.diagnostics", fromlist=["x"]).read_sentences(
         w["root"] / "binary"), ValueError, "binary file"),
-    ("read-config-bad-yaml", lambda w: __import__("simcse_weince.train", fromlist=["x"]).read_config_file(
+    ("read-config-bad-yaml", lambda w: __import__("simcse_weince.config", fromlist=["x"]).read_config_file(
         w["root"] / "bad.yaml"), ValueError, "is not valid YAML"),
     ("as-encoder-max-length-negative", lambda w: __import__(
         "simcse_weince.evaluation.encoders", fromlist=["x"]).as_encoder(lambda texts: texts, max_length=-5),
@@ -395,9 +396,9 @@ def _copy_run(world, tmp_path) -> Path:
 
 
 def _resume(run: Path, resume=True) -> dict:
-    from simcse_weince.train import apply_overrides, load_config
+    from simcse_weince.config import apply_overrides, load_config
 
-    config = apply_overrides(load_config(run / "training_config.yaml"), {"output_dir": str(run)})
+    config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
     return train(config, resume=resume)
 
 

@@ -11,7 +11,7 @@ from sentence_transformers.base.losses.gradcache import _create_minibatch
 from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.losses import DIAGNOSTIC_KEYS
+from simcse_weince.weince import DIAGNOSTIC_KEYS
 
 BATCH = 10
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points even at batch 10
@@ -48,7 +48,6 @@ def _loss_and_grads(model, loss_fn, features, seed=0):
     loss.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     return loss.detach(), grads
-
 
 
 @pytest.mark.parametrize("num_columns", [1, 2, 3])

@@ -149,30 +149,35 @@ def test_lambda_statistics_over_training_from_dicts_and_csv(tmp_path):
         for step in range(0, 200, 10)
     ]
     plots.plot_lambda_statistics(rows, tmp_path / "from_dicts.png")
-    csv_path = tmp_path / "log.csv"
-    header = ["step", "lambda_mean", "rho0", "loss"]
-    lines = [",".join(header)] + [f"{r['step']},{r['lambda_mean']},{r['rho0']},1.0" for r in rows]
-    lines.append("200,,,0.9")  # e.g. a step without statistics
-    csv_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    figure = plots.plot_lambda_statistics(csv_path, tmp_path / "from_csv.png")
-    assert len([a for a in figure.axes if a.get_visible()]) == 2  # only the columns present
-    assert (tmp_path / "from_csv.png").stat().st_size > 5_000
-    # The trainer's long metrics.csv (step,name,value) and its JSON history.
-    long_csv = tmp_path / "metrics.csv"
-    long_rows = [
-        f"{r['step']},{name},{r.get(name, 1.0)}" for r in rows for name in ("loss", "lambda_mean", "beta_hat_mean")
-    ]
-    long_csv.write_text("step,name,value\n" + "\n".join(long_rows) + "\n", encoding="utf-8")
+    # The trainers' one log format: <run>/logs/metrics.csv, long (step,name,value); a step without statistics
+    # (an evaluation row) is skipped for them.
+    long_csv = tmp_path / "run" / "logs" / "metrics.csv"
+    long_csv.parent.mkdir(parents=True)
+    long_rows = [f"{r['step']},{name},{r[name]}" for r in rows for name in ("loss", "lambda_mean", "rho0") if name in r]
+    long_csv.write_text("step,name,value\n" + "\n".join(long_rows) + "\n200,stsb_dev_spearman,80.1\n", encoding="utf-8")
     loaded = plots.load_training_log(long_csv)
-    assert len(loaded) == 20 and float(loaded[3]["lambda_mean"]) == pytest.approx(0.33)
-    figure = plots.plot_lambda_statistics(long_csv)
-    assert len([a for a in figure.axes if a.get_visible()]) == 2
-    (tmp_path / "state.json").write_text(json.dumps({"history": rows}), encoding="utf-8")
-    assert plots.load_training_log(tmp_path / "state.json") == rows
+    assert len(loaded) == 21 and float(loaded[3]["lambda_mean"]) == pytest.approx(rows[3]["lambda_mean"])
+    assert plots.load_training_log(tmp_path / "run") == loaded  # a run folder stands for its log
+    figure = plots.plot_lambda_statistics(long_csv, tmp_path / "from_csv.png")
+    assert len([a for a in figure.axes if a.get_visible()]) == 2  # only the statistics present
+    assert (tmp_path / "from_csv.png").stat().st_size > 5_000
+    (tmp_path / "wide.csv").write_text("step,lambda_mean\n1,0.3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="step,name,value"):
+        plots.load_training_log(tmp_path / "wide.csv")
     with pytest.raises(ValueError, match="none of the columns"):
         plots.plot_lambda_statistics([{"step": 1, "loss": 2.0}])
     with pytest.raises(FileNotFoundError):
         plots.plot_lambda_statistics(tmp_path / "missing.csv")
+
+
+def test_lambda_statistics_plot_the_diagnostic_keys_of_the_losses():
+    """The plot's default panels are the statistics the losses report, named once in weince.DIAGNOSTIC_KEYS."""
+    from simcse_weince.weince import DIAGNOSTIC_KEYS
+
+    assert set(plots._LABELS) == set(DIAGNOSTIC_KEYS)  # every statistic has an axis label, and no other
+    rows = [{"step": step, **dict.fromkeys(DIAGNOSTIC_KEYS, 0.1 * step)} for step in range(3)]
+    figure = plots.plot_lambda_statistics(rows)
+    assert [axis.get_title() for axis in figure.axes if axis.get_visible()] == list(DIAGNOSTIC_KEYS)
 
 
 # ------------------------------------------------------------------------------------------------- CLI

@@ -10,8 +10,11 @@ from sentence_transformers import SentenceTransformer
 from train_helpers import assert_grads_close
 
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
-from simcse_weince.modeling import SimCSEModel
-from simcse_weince.train import ContrastiveObjective, PaddingCollator, forward_backward, preset
+from simcse_weince.text.config import preset
+from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.train import forward_backward
+from simcse_weince.training.objective import ContrastiveObjective
 
 BATCH = 24
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points at this batch size
@@ -68,7 +71,6 @@ def _assert_close(actual, expected, tolerance=1e-5):
     assert difference <= tolerance * scale, f"{difference} (largest value {scale})"
 
 
-
 @pytest.mark.parametrize("pooler", ["avg", "cls"])
 @pytest.mark.parametrize("length_chunks", [2, 4, 7])
 def test_length_sorted_chunks_give_the_padded_embeddings(minilm_path, sentences, one_thread, pooler, length_chunks):
@@ -93,7 +95,7 @@ def test_length_sorted_chunks_give_the_padded_embeddings(minilm_path, sentences,
 def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(minilm_path, sentences, accelerator):
     model = SimCSEModel.from_pretrained(minilm_path, pooler="avg", dropout=0.0).train()
     batch = _batch(model, sentences)
-    objective = ContrastiveObjective("weince", 0.05, CONFIG)
+    objective = ContrastiveObjective("weince", 0.05, weince=CONFIG)
 
     def step(**options):
         model.zero_grad(set_to_none=True)

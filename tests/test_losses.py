@@ -9,7 +9,7 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from train_helpers import flat_parameters
 
 from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.losses import DIAGNOSTIC_KEYS
+from simcse_weince.weince import DIAGNOSTIC_KEYS
 
 
 def _features(model, texts):
@@ -125,6 +125,39 @@ def test_config_dict_citation_and_docstring(fresh_minilm):
     assert "2606.00262" in loss.citation
     assert "Example" in WeinceLoss.__init__.__doc__ and "Inputs" in WeinceLoss.__init__.__doc__
     assert InfoNCELoss(fresh_minilm).get_config_dict() == {"temperature": 0.05, "gather_across_devices": False}
+
+
+def test_options_after_temperature_are_keyword_only():
+    """The losses take different options after temperature; a positional one used to bind to the wrong option
+    (InfoNCELoss(model, 0.05, WeinceConfig()) set gather_across_devices to the config)."""
+    model = torch.nn.Identity()  # the constructors do not touch the model
+    for loss_class in (WeinceLoss, InfoNCELoss):
+        with pytest.raises(TypeError):
+            loss_class(model, 0.05, WeinceConfig())
+        with pytest.raises(TypeError):
+            loss_class(model, 0.05, None, True)
+    loss = WeinceLoss(model, 0.05, config=WeinceConfig(beta=2.0), gather_across_devices=True)
+    assert loss.config.beta == 2.0 and loss.gather_across_devices is True
+    baseline = InfoNCELoss(model, 0.1, config=WeinceConfig(beta=2.0), gather_across_devices=True, track_statistics=True)
+    assert (baseline.temperature, baseline.config.beta, baseline.gather_across_devices) == (0.1, 2.0, True)
+
+
+def test_infonce_is_its_own_loss_not_a_weince_loss():
+    """InfoNCELoss is a sibling of WeinceLoss (one loss per file), not a WeinceLoss with λ forced to 0: code that
+    asks isinstance(loss, WeinceLoss) must not take the baseline for WEINCE. Its value is MNRL's (test above)."""
+    import simcse_weince
+    from simcse_weince import losses
+
+    assert not issubclass(InfoNCELoss, WeinceLoss) and not issubclass(WeinceLoss, InfoNCELoss)
+    assert not isinstance(InfoNCELoss(torch.nn.Identity()), WeinceLoss)
+    for name, module in [
+        ("WeinceLoss", "weince"),
+        ("InfoNCELoss", "infonce"),
+        ("CachedWeinceLoss", "cached"),
+        ("CachedInfoNCELoss", "cached"),
+    ]:
+        loss_class = getattr(simcse_weince, name)
+        assert loss_class is getattr(losses, name) and loss_class.__module__ == f"simcse_weince.losses.{module}"
 
 
 def test_bad_arguments(fresh_minilm):

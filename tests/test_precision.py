@@ -4,6 +4,7 @@ evaluation in fp32 unless asked otherwise."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
-from simcse_weince.train import preset, train
+from simcse_weince.text.config import preset
+from simcse_weince.text.train import train
 
 
 @pytest.fixture(scope="module")
@@ -122,16 +124,17 @@ def _run(tiny_model, train_file, output_dir: Path, **overrides):
     return results, dtypes
 
 
-def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, train_file, tmp_path, capsys):
+def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, train_file, tmp_path, caplog):
     used = resolve_mixed_precision("auto", "cpu")  # bf16 on a CPU with AVX512-BF16 or AMX (this project's CI)
-    results, dtypes = _run(tiny_model, train_file, tmp_path / "auto")
+    with caplog.at_level(logging.INFO, logger="simcse_weince"):  # the trainer logs; the CLI prints it
+        results, dtypes = _run(tiny_model, train_file, tmp_path / "auto")
     assert results["config"]["mixed_precision"] == "auto" and results["mixed_precision"] == used
     assert json.loads((tmp_path / "auto" / "results.json").read_text())["mixed_precision"] == used
     expected = torch.bfloat16 if used == "bf16" else torch.float32
     assert dtypes.training == {expected}
     assert dtypes.evaluation == {torch.float32}  # evaluation stays fp32: SentEval's digits
     label = precision.precision_label(used)
-    assert f"{label} (mixed precision auto)" in capsys.readouterr().out
+    assert f"{label} (mixed precision auto)" in caplog.text
     card = (tmp_path / "auto" / "README.md").read_text()
     assert f"precision `{label}` (chosen by `--mixed-precision auto`)" in card
 

@@ -12,16 +12,12 @@ import yaml
 from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
-from simcse_weince.train import (
-    ContrastiveObjective,
-    StepBatchSampler,
-    TrainConfig,
-    apply_overrides,
-    load_sentences,
-    preset,
-    read_config_file,
-    train,
-)
+from simcse_weince.config import apply_overrides, read_config_file
+from simcse_weince.text.config import TrainConfig, preset
+from simcse_weince.text.data import load_sentences
+from simcse_weince.text.train import train
+from simcse_weince.training.batches import StepBatchSampler
+from simcse_weince.training.objective import ContrastiveObjective
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +80,7 @@ def test_presets_hold_the_recipes():
 
 def test_every_preset_is_a_cli_choice(capsys):
     from simcse_weince.cli import main
-    from simcse_weince.train import PRESETS
+    from simcse_weince.text.config import PRESETS
 
     with pytest.raises(SystemExit):
         main(["train", "--preset", "laptop"])
@@ -159,7 +155,7 @@ def test_cli_flags_cover_every_field(tmp_path, capsys):
         flag = name.replace("_", "-")
         argv += [f"--weince.{name}" if len(argv) % 4 else f"--{flag}", value]
     args = parser.parse_args(argv)
-    from simcse_weince.train_cli import build_config
+    from simcse_weince.text.cli import build_config
 
     config = build_config(args)
     assert config.weince == WeinceConfig(
@@ -210,7 +206,7 @@ def test_batches_are_a_pure_function_of_the_step():
 def test_objective_is_the_core_loss_on_two_views():
     torch.manual_seed(0)
     first, second = torch.randn(24, 16), torch.randn(24, 16)
-    loss, stats = ContrastiveObjective("weince", 0.05, WeinceConfig(quantile=0.3))(first, second)
+    loss, stats = ContrastiveObjective("weince", 0.05, weince=WeinceConfig(quantile=0.3))(first, second)
     expected, full = weince_loss(first, second, temperature=0.05, config=WeinceConfig(quantile=0.3), return_stats=True)
     assert torch.equal(loss, expected)
     assert stats["lambda_mean"] == full["mixing_weight"].mean()
@@ -389,7 +385,7 @@ def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, trai
 
 
 def test_views_differ_by_dropout_in_train_mode_only(tiny_model):
-    from simcse_weince.modeling import SimCSEModel
+    from simcse_weince.text.model import SimCSEModel
 
     model = SimCSEModel.from_pretrained(tiny_model, pooler="cls", max_seq_length=32, dropout=0.1)
     batch = model.tokenizer(["a man plays a guitar .", "stocks fell on monday ."], padding=True, return_tensors="pt")
@@ -404,8 +400,8 @@ def test_views_differ_by_dropout_in_train_mode_only(tiny_model):
 
 def _fixed_batch_loss(model_path: str, sentences: list[str]) -> float:
     """The WEINCE loss of one batch in train mode, averaged over five fixed sets of dropout masks (seeds 0-4)."""
-    from simcse_weince.modeling import SimCSEModel
-    from simcse_weince.train import ContrastiveObjective
+    from simcse_weince.text.model import SimCSEModel
+    from simcse_weince.training.objective import ContrastiveObjective
 
     model = SimCSEModel.from_pretrained(model_path, pooler="avg", max_seq_length=32, dropout=0.1).train()
     batch = model.tokenizer(sentences, padding=True, truncation=True, max_length=32, return_tensors="pt")
@@ -418,14 +414,12 @@ def _fixed_batch_loss(model_path: str, sentences: list[str]) -> float:
     return sum(values) / len(values)
 
 
-def test_training_changes_every_layer_and_lowers_the_loss_on_a_fixed_batch(
-    tmp_path, tiny_model, data_dir, monkeypatch
-):
+def test_training_changes_every_layer_and_lowers_the_loss_on_a_fixed_batch(tmp_path, tiny_model, data_dir, monkeypatch):
     """16 sentences and batches of 16: every step sees the same batch, so its loss must fall as training goes on."""
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
 
-    import simcse_weince.train as train_module
+    import simcse_weince.text.train as train_module
 
     views = []
 
@@ -524,7 +518,8 @@ def test_push_uploads_the_model_without_checkpoints_and_never_prints_the_token(t
     assert secret not in captured.out + captured.err
     assert "pushed" in captured.out and "https://huggingface.co/me/simcse-tiny/commit/abc123" in captured.out
     assert calls["token"] == secret and calls["create_repo"] == (
-        "me/simcse-tiny", {"private": True, "exist_ok": True, "repo_type": "model"}
+        "me/simcse-tiny",
+        {"private": True, "exist_ok": True, "repo_type": "model"},
     )
     uploaded = calls["uploaded"]
     assert not any(name.startswith("checkpoints") for name in uploaded)

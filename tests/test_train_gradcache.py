@@ -8,8 +8,11 @@ import pytest
 import torch
 from train_helpers import assert_grads_close, make_tiny_model, write_train_file
 
-from simcse_weince.modeling import SimCSEModel
-from simcse_weince.train import ContrastiveObjective, PaddingCollator, forward_backward, preset, train
+from simcse_weince.text.config import preset
+from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.train import forward_backward, train
+from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince import WeinceConfig
 
 BATCH = 16
@@ -40,11 +43,10 @@ def _batch(model, wiki_sentences):
 def _step(model, batch, accelerator, mini_batch_size, loss="weince", seed=0):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
-    objective = ContrastiveObjective(loss, 0.05, WeinceConfig(quantile=0.3))
+    objective = ContrastiveObjective(loss, 0.05, weince=WeinceConfig(quantile=0.3))
     value, diagnostics = forward_backward(model, batch, objective, accelerator, mini_batch_size)
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     return value.item(), diagnostics, grads
-
 
 
 @pytest.mark.parametrize("loss", ["weince", "infonce"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from train_helpers import cli_command, make_tiny_model, subprocess_env, write_train_file
+from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
 
-from simcse_weince.train import apply_overrides, load_config, train
+from simcse_weince.config import apply_overrides, load_config
+from simcse_weince.text.config import TrainConfig
+from simcse_weince.text.train import train
 
 STEPS, SAVE_EVERY = 20, 5
 
@@ -27,18 +28,6 @@ def setup(tmp_path_factory, data_dir):
         "--final-tasks", "none", "--eval-max-length", "32", "--report-to", "csv",
     ]  # fmt: skip
     return root, flags
-
-
-def _wait_for(predicate, process, timeout=240.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if process.poll() is not None:
-            pytest.fail(f"the run ended (exit {process.returncode}) before {what}: {process.stderr.read()[-2000:]}")
-        time.sleep(0.02)
-    process.kill()
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def _logged_steps(output_dir: Path) -> int:
@@ -61,7 +50,7 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     run_dir = root / "interrupted"
     command = cli_command("train", *flags, "--output-dir", str(run_dir))
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: _logged_steps(run_dir) >= 2, process, what="two training steps")
+    wait_for(lambda: _logged_steps(run_dir) >= 2, process, what="two training steps")
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=240)
     assert process.returncode == 130, stderr[-2000:]
@@ -72,7 +61,9 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     assert 2 <= interrupted_at < STEPS
 
     # meanwhile (the subprocess is done), the uninterrupted run with the same settings
-    config = apply_overrides(load_config(run_dir / "training_config.yaml"), {"output_dir": str(reference_dir)})
+    config = apply_overrides(
+        load_config(TrainConfig, run_dir / "training_config.yaml"), {"output_dir": str(reference_dir)}
+    )
     reference = train(config)
 
     # 3. resume, then SIGKILL right after the first periodic checkpoint past the interruption
@@ -82,14 +73,14 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     checkpoint = run_dir / "checkpoints" / f"step-{target:07d}"
-    _wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), process, what=f"the checkpoint of step {target}")
+    wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), process, what=f"the checkpoint of step {target}")
     assert process.poll() is None, "the run finished before it could be killed"
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
     assert not (run_dir / "results.json").exists()
 
     # 4. resume in this process until the end: same steps, same data, same dropout masks, same model
-    resumed = train(load_config(run_dir / "training_config.yaml"), resume=True)
+    resumed = train(load_config(TrainConfig, run_dir / "training_config.yaml"), resume=True)
     assert resumed["resumed_from_step"] == target
     assert resumed["total_steps"] == reference["total_steps"] == STEPS
     losses = [entry["loss"] for entry in resumed["history"]]

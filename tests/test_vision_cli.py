@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 def test_train_then_eval_on_digits(tmp_path, capsys):
     run = tmp_path / "run"
     train_args = ["vision", "train", "--dataset", "digits", "--backbone", "resnet18", "--loss", "weince"]
-    train_args += ["--epochs", "1", "--batch-size", "8", "--max-steps", "2", "--output-dir", str(run)]
+    train_args += ["--num-epochs", "1", "--batch-size", "8", "--max-steps", "2", "--output-dir", str(run)]
     train_args += ["--seed", "3", "--image-size", "16", "--train-size", "64", "--beta", "1.0"]
     assert main(train_args) == 0
     assert "trained 2 steps" in capsys.readouterr().out
@@ -26,13 +26,13 @@ def test_train_then_eval_on_digits(tmp_path, capsys):
     assert main([*train_args, "--resume"]) == 0
     # without --resume an existing run is refused with a one-line error
     assert main(train_args) == 1
-    assert "already holds checkpoints" in capsys.readouterr().err
+    assert "already holds a simcse-weince run; pass --resume" in capsys.readouterr().err
 
     eval_args = ["vision", "eval", str(run), "--train-size", "200", "--test-size", "100", "--probe-epochs", "5"]
     assert main([*eval_args, "--probe-seeds", "0", "1", "--knn-k", "1", "5", "20"]) == 0
-    checkpoint = run / "checkpoints" / "step_000002"
+    checkpoint = run / "checkpoints" / "step-0000002"
     results = json.loads((checkpoint / "results.json").read_text())
-    assert results["global_step"] == 2 and (results["num_train"], results["num_test"]) == (200, 100)
+    assert results["step"] == 2 and (results["num_train"], results["num_test"]) == (200, 100)
     assert len(results["linear_accuracy"]["values"]) == 2
     assert results["linear_accuracy"]["ci95_low"] <= results["linear_accuracy"]["mean"]
     assert set(results["knn_accuracy"]) == set(results["recall_at_k"]) == {"1", "5", "20"}
@@ -76,16 +76,34 @@ def _sklearn_one_nn_accuracy(checkpoint, *, train_size: int, test_size: int) -> 
 def test_cli_errors(tmp_path, capsys):
     assert main(["vision", "eval", str(tmp_path / "missing")]) == 1
     assert "no checkpoint" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["vision", "train", "--output-dir", str(tmp_path), "--dataset", "mnist"])
+    assert main(["vision", "train", "--output-dir", str(tmp_path), "--dataset", "mnist"]) == 1
+    assert "unknown dataset 'mnist'" in capsys.readouterr().err
     assert main(["vision"]) == 2
 
 
 def test_choices_match_the_registries_and_help_is_light():
-    from simcse_weince.vision import cli
+    from simcse_weince.vision import config
     from simcse_weince.vision.backbones import BACKBONES
     from simcse_weince.vision.datasets import DATASETS
 
-    assert cli.DATASET_CHOICES == tuple(DATASETS) and cli.BACKBONE_CHOICES == BACKBONES
-    code = "import sys, simcse_weince.vision.cli; assert 'torchvision' not in sys.modules"
+    assert config.DATASET_CHOICES == tuple(DATASETS) and config.BACKBONE_CHOICES == BACKBONES
+    code = (
+        "import sys, simcse_weince.vision.cli; assert 'torchvision' not in sys.modules and 'torch' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_help_of_every_command_answers_without_torch():
+    """``simcse-weince --help`` and each sub-command's --help build every flag from the config dataclasses without
+    importing torch (it takes seconds to import; the CLI answers in a fraction of one)."""
+    code = (
+        "import sys\n"
+        "from simcse_weince.cli import build_parser\n"
+        "parser = build_parser()\n"
+        "parser.format_help()\n"
+        "commands = next(a for a in parser._actions if a.__class__.__name__ == '_SubParsersAction').choices\n"
+        "helps = [commands[name].format_help() for name in ('train', 'push', 'evaluate', 'diagnose', 'vision')]\n"
+        "assert '--quantile' in helps[0] and '--num-epochs' in helps[0]\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,14 +11,10 @@ import torch
 pytest.importorskip("torchvision")
 
 from simcse_weince import WeinceConfig
-from simcse_weince.vision.train import (
-    ContrastiveObjective,
-    VisionTrainConfig,
-    checkpoint_dirs,
-    load_pretrained,
-    read_trainer_state,
-    train,
-)
+from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.training.runs import list_checkpoints, read_trainer_state
+from simcse_weince.vision.config import VisionTrainConfig
+from simcse_weince.vision.train import load_pretrained, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 
@@ -32,9 +28,11 @@ def tiny(tmp_path, **overrides) -> VisionTrainConfig:
         "image_size": 16,
         "batch_size": 8,
         "train_size": 32,
-        "epochs": 1,
+        "num_epochs": 1,
         "max_steps": 2,
-        "log_every": 1,
+        "logging_steps": 1,
+        "mixed_precision": "no",  # the same computation on every CPU (auto would pick bf16 where it is native)
+        "report_to": ("csv",),
     }
     settings.update(overrides)
     return VisionTrainConfig(**settings)
@@ -49,7 +47,7 @@ def _weights(model) -> dict:
 def test_training_runs_with_both_losses(tmp_path, dataset, loss):
     config = tiny(tmp_path, dataset=dataset, loss=loss)
     result = train(config)
-    assert result["global_step"] == 2
+    assert result["step"] == 2
     assert [record["step"] for record in result["history"]] == [1, 2]
     assert all(math.isfinite(record["loss"]) for record in result["history"])
     if loss == "weince":  # the per-step diagnostics of the mixing weight
@@ -59,12 +57,15 @@ def test_training_runs_with_both_losses(tmp_path, dataset, loss):
         assert 0.0 <= result["history"][0]["lambda_mean"] <= 1.0
     else:
         assert "lambda_mean" not in result["history"][0]
-    lines = (tmp_path / "run" / "log.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    from simcse_weince.diagnostics.plots import load_training_log
+
+    logged = load_training_log(tmp_path / "run")  # the text trainer's log format: logs/metrics.csv
+    assert [int(row["step"]) for row in logged] == [1, 2]
+    assert [float(row["loss"]) for row in logged] == pytest.approx([record["loss"] for record in result["history"]])
     # the checkpoint holds trained weights (not the initialisation) and the run's configuration
     model, saved = load_pretrained(result["checkpoint"])
     assert (
-        saved.loss == loss and saved.dataset == dataset and read_trainer_state(result["checkpoint"])["global_step"] == 2
+        saved.loss == loss and saved.dataset == dataset and read_trainer_state(Path(result["checkpoint"]))["step"] == 2
     )
     torch.manual_seed(config.seed)
     fresh = type(model).build("resnet18", 16)
@@ -84,12 +85,12 @@ def test_vit_extra_terms_and_bf16_train(tmp_path):
 
 def test_resume_at_an_epoch_boundary_reproduces_the_uninterrupted_run(tmp_path):
     # 16 images, batch 8: 2 steps per epoch. Straight: 2 epochs. Interrupted: 1 epoch, then resume to 2.
-    common = {"train_size": 16, "epochs": 2, "max_steps": None, "loss": "weince", "log_every": 1}
+    common = {"train_size": 16, "num_epochs": 2, "max_steps": None, "loss": "weince"}
     straight = train(tiny(tmp_path / "straight", **common))
     first = train(tiny(tmp_path / "split", **{**common, "max_steps": 2}))
-    assert first["global_step"] == 2
-    second = train(tiny(tmp_path / "split", **common), resume=tmp_path / "split" / "run")
-    assert second["global_step"] == 4 and [r["step"] for r in second["history"]] == [3, 4]
+    assert first["step"] == 2
+    second = train(tiny(tmp_path / "split", **common), resume=True)
+    assert second["step"] == 4 and [r["step"] for r in second["history"]] == [3, 4]
     assert [r["loss"] for r in second["history"]] == pytest.approx([r["loss"] for r in straight["history"][2:]])
     resumed_weights = _weights(load_pretrained(second["checkpoint"])[0])
     straight_weights = _weights(load_pretrained(straight["checkpoint"])[0])
@@ -98,17 +99,18 @@ def test_resume_at_an_epoch_boundary_reproduces_the_uninterrupted_run(tmp_path):
 
 
 def test_resume_mid_epoch_continues_at_the_saved_step(tmp_path):
-    config = tiny(tmp_path, train_size=24, epochs=2, max_steps=None, save_every=2, keep_checkpoints=10)
+    config = tiny(tmp_path, train_size=24, num_epochs=2, max_steps=None, save_steps=2, save_total_limit=10)
     full = train(config)  # 3 steps per epoch, 6 steps
-    assert full["global_step"] == 6
-    assert [path.name for path in checkpoint_dirs(config.output_dir)] == ["step_000002", "step_000004", "step_000006"]
-    step_4 = checkpoint_dirs(config.output_dir)[1]
+    assert full["step"] == 6
+    names = [path.name for path in list_checkpoints(Path(config.output_dir))]
+    assert names == ["step-0000006", "step-0000004", "step-0000002"]  # newest first
+    step_4 = list_checkpoints(Path(config.output_dir))[1]
     resumed = train(config, resume=step_4)  # epoch 1 with one batch done: that batch is skipped
-    assert resumed["global_step"] == 6 and [r["step"] for r in resumed["history"]] == [5, 6]
+    assert resumed["step"] == 6 and [r["step"] for r in resumed["history"]] == [5, 6]
     assert [r["epoch"] for r in resumed["history"]] == [1, 1]
     # a finished run resumed does nothing more
-    again = train(config, resume=config.output_dir)
-    assert again["global_step"] == 6 and again["history"] == []
+    again = train(config, resume=True)
+    assert again["step"] == 6 and again["history"] == []
 
 
 def test_existing_run_needs_resume(tmp_path):
@@ -116,8 +118,10 @@ def test_existing_run_needs_resume(tmp_path):
     train(config)
     with pytest.raises(FileExistsError, match="resume"):
         train(config)
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        train(tiny(tmp_path / "other"), resume=tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no simcse-weince run"):
+        train(tiny(tmp_path / "other"), resume=True)
+    train(config, overwrite=True)  # --overwrite replaces it
+    assert read_trainer_state(list_checkpoints(Path(config.output_dir))[0])["step"] == 1
 
 
 def test_too_small_dataset_and_bad_config(tmp_path):
@@ -135,12 +139,12 @@ def test_objective_matches_the_core_losses():
     from simcse_weince import infonce_loss, weince_loss
 
     config = WeinceConfig(beta=1.0)
-    loss, logs = ContrastiveObjective("weince", 0.5, config)(z1, z2, diagnostics=True)
+    loss, logs = ContrastiveObjective("weince", 0.5, weince=config, geometry="simclr")(z1, z2, diagnostics=True)
     expected, stats = weince_loss(z1, z2, temperature=0.5, config=config, geometry="simclr", return_stats=True)
-    assert loss.item() == pytest.approx(expected.item()) and logs["lambda_mean"] == pytest.approx(
+    assert loss.item() == pytest.approx(expected.item()) and float(logs["lambda_mean"]) == pytest.approx(
         stats["mixing_weight"].mean().item()
     )
-    loss, logs = ContrastiveObjective("infonce", 0.5)(z1.half(), z2.half())
+    loss, logs = ContrastiveObjective("infonce", 0.5, geometry="simclr")(z1.half(), z2.half())
     assert loss.dtype == torch.float32 and logs == {}
     assert loss.item() == pytest.approx(
         infonce_loss(z1.half().float(), z2.half().float(), temperature=0.5, geometry="simclr").item()
@@ -182,7 +186,9 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
 
     mild = functools.partial(augment.simclr_augmentation, crop_scale=(0.8, 1.0), jitter_strength=0.25)
     monkeypatch.setattr(augment, "simclr_augmentation", mild)
-    config = tiny(tmp_path, dataset="digits", loss="weince", train_size=8, epochs=15, max_steps=15, learning_rate=1e-3)
+    config = tiny(
+        tmp_path, dataset="digits", loss="weince", train_size=8, num_epochs=15, max_steps=15, learning_rate=1e-3
+    )
     set_seed(config.seed)
     initial = build_model(config)  # the trainer's own initialisation
     result = train(config)
@@ -195,7 +201,7 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     torch.manual_seed(1234)  # one fixed draw of augmentations, shown to both models
     pairs = [views[index][0] for index in range(8)]
     batch = [torch.stack([pair[0] for pair in pairs]), torch.stack([pair[1] for pair in pairs])]
-    objective = ContrastiveObjective("weince", 0.5, WeinceConfig())
+    objective = ContrastiveObjective("weince", 0.5, weince=WeinceConfig(), geometry="simclr")
     before = _fixed_batch_loss(initial, batch, objective)
     after = _fixed_batch_loss(trained, batch, objective)
     # Baseline: the untrained model on the same views; an unchanged model reproduces it exactly. Measured: 2.55

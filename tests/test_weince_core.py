@@ -246,8 +246,13 @@ def test_summarize_statistics_by_hand():
     }
     summary = summarize_statistics(stats)
     assert list(summary) == list(DIAGNOSTIC_KEYS)
-    expected = {"lambda_mean": 0.525, "lambda_above_half": 0.5, "rho0": 0.03, "delta_aic_mean": 3.0,
-                "beta_hat_mean": 2.0}  # fmt: skip  (lambda = 0.5 exactly is not above one half)
+    expected = {
+        "lambda_mean": 0.525,
+        "lambda_above_half": 0.5,
+        "rho0": 0.03,
+        "delta_aic_mean": 3.0,
+        "beta_hat_mean": 2.0,
+    }  # fmt: skip  (lambda = 0.5 exactly is not above one half)
     assert {key: value.item() for key, value in summary.items()} == pytest.approx(expected, abs=1e-7)
     assert all(value.dim() == 0 for value in summary.values())
 

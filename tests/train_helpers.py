@@ -65,3 +65,20 @@ def flat_parameters(model):
     import torch
 
     return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+
+
+def wait_for(predicate, process, timeout: float = 240.0, what: str = "condition") -> None:
+    """Poll ``predicate`` every 20 ms while the subprocess runs; fail with its stderr if it ends first."""
+    import time
+
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if process.poll() is not None:
+            pytest.fail(f"the run ended (exit {process.returncode}) before {what}: {process.stderr.read()[-2000:]}")
+        time.sleep(0.02)
+    process.kill()
+    pytest.fail(f"timed out waiting for {what}")

@@ -101,7 +101,7 @@ def _validate(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if not math.isfinite(args.min_score):
         raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
-    from simcse_weince.modeling import looks_like_local_path
+    from simcse_weince.paths import looks_like_local_path
 
     if looks_like_local_path(args.model) and not Path(args.model).expanduser().exists():
         raise FileNotFoundError(f"model folder {args.model} not found; pass an existing folder or a Hub id")

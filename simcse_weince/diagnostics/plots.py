@@ -13,7 +13,6 @@ saves it as a small PNG.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
@@ -21,7 +20,6 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "LAMBDA_STATISTICS",
     "load_training_log",
     "plot_exceedances",
     "plot_k_sweep",
@@ -31,7 +29,7 @@ __all__ = [
     "plot_threshold_stability",
 ]
 
-LAMBDA_STATISTICS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
+# Axis labels of the statistics simcse_weince.weince.DIAGNOSTIC_KEYS names (a test checks both name the same set).
 _LABELS = {
     "lambda_mean": "mean mixing weight λ",
     "lambda_above_half": "share of anchors with λ > 0.5",
@@ -282,43 +280,40 @@ def plot_k_sweep(result, path=None, batch_size: int | None = None):
 def load_training_log(source) -> list[dict]:
     """Per-step statistics as a list of dicts (one per step, with a ``step`` key).
 
-    Accepts a list of dicts; a wide CSV (a ``step`` column and one column per statistic); the trainer's long
-    ``metrics.csv`` (columns ``step,name,value``); a JSON list, a JSON object with a ``history`` list, or JSON
-    lines.
+    ``source``: the trainers' log, ``<run>/logs/metrics.csv`` (long format ``step,name,value``, written by both
+    the text and the vision trainer; a run folder stands for its log), or a list of dicts (e.g. the ``history``
+    of ``results.json``).
     """
     if isinstance(source, (list, tuple)):
         return [dict(row) for row in source]
     path = Path(source)
+    if path.is_dir():
+        path = path / "logs" / "metrics.csv"
     if not path.is_file():
-        raise FileNotFoundError(f"training log not found: {path}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".csv":
-        rows = list(csv.DictReader(text.splitlines()))
-        if rows and set(rows[0]) == {"step", "name", "value"}:  # long format: pivot to one dict per step
-            by_step: dict[str, dict] = {}
-            for row in rows:
-                by_step.setdefault(row["step"], {"step": row["step"]})[row["name"]] = row["value"]
-            return list(by_step.values())
-        return rows
-    if text.lstrip().startswith(("[", "{")):
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError:
-            loaded = None  # JSON lines
-        if isinstance(loaded, dict) and isinstance(loaded.get("history"), list):
-            return loaded["history"]
-        if isinstance(loaded, list):
-            return loaded
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+        raise FileNotFoundError(f"training log not found: {path} (a run's logs/metrics.csv)")
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or set(rows[0]) != {"step", "name", "value"}:
+        raise ValueError(f"{path} is not a training log: expected the columns step,name,value (logs/metrics.csv)")
+    by_step: dict[str, dict] = {}  # long format: one dict per step
+    for row in rows:
+        by_step.setdefault(row["step"], {"step": row["step"]})[row["name"]] = row["value"]
+    return list(by_step.values())
 
 
-def plot_lambda_statistics(log, path=None, keys=LAMBDA_STATISTICS):
+def plot_lambda_statistics(log, path=None, keys=None):
     """The trainer's per-step WEINCE statistics against the step, one panel per statistic.
 
-    ``log``: a list of dicts or a CSV / JSON / JSON-lines path with a ``step`` column and any of
+    ``log``: a list of dicts, a run folder or its ``logs/metrics.csv`` (:func:`load_training_log`), with any of
     ``lambda_mean``, ``lambda_above_half``, ``rho0``, ``delta_aic_mean``, ``beta_hat_mean`` (missing or empty
     values are skipped; rows without a number for a key, e.g. evaluation rows, are ignored for it).
+    ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.DIAGNOSTIC_KEYS`).
     """
+    if keys is None:
+        # Imported here: weince.py imports torch, which plotting a log does not otherwise need.
+        from simcse_weince.weince import DIAGNOSTIC_KEYS
+
+        keys = DIAGNOSTIC_KEYS
     plt = _pyplot()
     rows = load_training_log(log)
     if not rows:

@@ -27,7 +27,7 @@ _EXPORTS = {
     "as_encoder": "encoders",
     "HFEncoder": "encoders",
     "SentenceTransformerEncoder": "encoders",
-    "POOLERS": "encoders",
+    "POOLERS": "encoders",  # simcse_weince.poolers.POOLERS
     "stsb_spearman": "suite",
     "evaluate_sts": "suite",
     "format_sts_table": "suite",

@@ -15,8 +15,10 @@ import json
 import time
 from pathlib import Path
 
-# Kept here (not imported from encoders/data) so that registering the sub-command imports nothing heavy.
-POOLER_CHOICES = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+from simcse_weince.poolers import POOLERS
+
+# Not imported from encoders/data, so that registering the sub-command imports nothing heavy (poolers is torch-free).
+POOLER_CHOICES = tuple(POOLERS)
 ALL_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 DEV_TASKS = ("stsb", "sickr")
 RAW_STSB = "stsb-raw"
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
     if args.max_length is not None and args.max_length < 1:
         raise ValueError(f"--max-length must be a positive number of tokens, got {args.max_length}")
-    from simcse_weince.modeling import looks_like_local_path
+    from simcse_weince.paths import looks_like_local_path
 
     if looks_like_local_path(args.model) and not Path(args.model).expanduser().exists():
         raise FileNotFoundError(f"model folder {args.model} not found; pass an existing folder or a Hub id")

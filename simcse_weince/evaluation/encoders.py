@@ -28,14 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# SimCSE's --pooler choices (evaluation.py):
-#   cls               pooler_output: [CLS] after BERT's dense+tanh pooler layer
-#   cls_before_pooler last_hidden_state[:, 0]
-#   avg               mean of the last layer over non-padding tokens
-#   avg_first_last    mean of (first transformer layer + last layer) / 2; "first" is hidden_states[1] (the first
-#                     transformer layer's output, as in BERT-whitening), not hidden_states[0] (the embeddings)
-#   avg_top2          mean of (last two layers) / 2
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+# SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
+from simcse_weince.poolers import POOLERS
 
 Encoder = Callable[[list[str]], Any]
 

@@ -2,8 +2,9 @@
 
 Modules: :mod:`.backbones` (ResNet-18/50, ViT-Small, projection head), :mod:`.augment` (SimCLR views),
 :mod:`.datasets` (CIFAR-10/100, STL-10, ImageNet-32, Tiny-ImageNet, FakeData, scikit-learn digits),
-:mod:`.train` (the Accelerate loop), :mod:`.evaluate` (linear probe, kNN), :mod:`.extra_terms` (the authors'
-optional top-M terms), :mod:`.cli` (``simcse-weince vision``). Needs the ``vision`` extra (torchvision).
+:mod:`.config` (its settings), :mod:`.train` (the Accelerate loop, on :mod:`simcse_weince.training`),
+:mod:`.evaluate` (linear probe, kNN), :mod:`.extra_terms` (the authors' optional top-M terms), :mod:`.cli`
+(``simcse-weince vision``). Needs the ``vision`` extra (torchvision).
 
 Importing this package is light: the names below load their module on first use.
 """
@@ -21,8 +22,8 @@ _EXPORTS = {
     "TwoViews": "augment",
     "load_image_dataset": "datasets",
     "DATASETS": "datasets",
-    "VisionTrainConfig": "train",
-    "ContrastiveObjective": "train",
+    "VisionTrainConfig": "config",
+    "train": "train",
     "load_pretrained": "train",
     "TopMExtraTerms": "extra_terms",
     "ExtraTermsConfig": "extra_terms",

@@ -2,7 +2,7 @@
 
     simcse-weince vision train --dataset cifar10 --backbone resnet18 --loss weince --output-dir runs/c10-weince
     simcse-weince vision train ... --resume                 # continue from the run's latest checkpoint
-    simcse-weince vision eval runs/c10-weince               # -> runs/c10-weince/checkpoints/step_N/results.json
+    simcse-weince vision eval runs/c10-weince               # -> runs/c10-weince/checkpoints/step-N/results.json
 
 Multi-GPU: ``accelerate launch -m simcse_weince.cli vision train ...`` (``--batch-size`` is the global batch).
 Only argparse is imported here; torch and torchvision load when a command runs.
@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import argparse
 
-# Kept in sync with datasets.DATASETS / backbones.BACKBONES (a test checks it) so that --help stays light.
-DATASET_CHOICES = ("cifar10", "cifar100", "stl10", "imagenet32", "tiny_imagenet", "fake", "digits")
-BACKBONE_CHOICES = ("resnet18", "resnet50", "vit_small")
+from simcse_weince.vision.config import DATASET_CHOICES
 
-
-def _beta(value: str):
-    if value == "estimated":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'estimated' or a positive number, got {value!r}") from None
+TRAIN_EXAMPLES = """examples:
+  simcse-weince vision train --dataset cifar10 --loss weince --output-dir runs/c10-weince
+  simcse-weince vision train --dataset digits --num-epochs 15 --batch-size 128 --quantile 0.3 --output-dir runs/d
+  simcse-weince vision train --output-dir runs/c10-weince --resume        # continue a killed run
+"""
 
 
 def register(subparsers) -> None:
@@ -36,44 +31,24 @@ def register(subparsers) -> None:
     commands = vision.add_subparsers(dest="vision_command", metavar="{train,eval}")
     vision.set_defaults(func=lambda args: vision.print_help() or 2)
 
-    train = commands.add_parser("train", help="pretrain a backbone with SimCLR (WEINCE or InfoNCE)")
-    train.add_argument("--dataset", choices=DATASET_CHOICES, default="cifar10")
-    train.add_argument("--backbone", choices=BACKBONE_CHOICES, default="resnet18")
-    train.add_argument("--loss", choices=("weince", "infonce"), default="weince")
-    train.add_argument("--epochs", type=int, default=100)
-    train.add_argument("--batch-size", type=int, default=256, help="global batch size (default: 256)")
-    train.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
-    train.add_argument("--output-dir", required=True)
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument(
-        "--resume",
-        nargs="?",
-        const="latest",
-        default=None,
-        metavar="CHECKPOINT",
-        help="continue from a checkpoint (default: the latest one in --output-dir)",
+    train = commands.add_parser(
+        "train",
+        help="pretrain a backbone with SimCLR (WEINCE or InfoNCE)",
+        description="Every field of VisionTrainConfig and of WeinceConfig is a flag; settings apply in the order "
+        "defaults < --config FILE < flags (--resume starts from the run's saved training_config.yaml).",
+        epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("--lr", type=float, default=3e-4, help="Adam learning rate (default: 3e-4)")
-    train.add_argument("--weight-decay", type=float, default=0.0)
-    train.add_argument("--temperature", type=float, default=0.5, help="tau (default: 0.5)")
-    train.add_argument(
-        "--beta",
-        type=_beta,
-        default="estimated",
-        help="WEINCE exponent: 'estimated' (paper) or a number (1.0: code)",
+    from simcse_weince.config import add_run_flags
+
+    run = add_run_flags(train)
+    run.add_argument(
+        "--no-download", dest="set:download", action="store_const", const="false", help="same as --download false"
     )
-    train.add_argument("--extra-terms", action="store_true", help="add the authors' top-50 extra terms (spec sec. 7)")
-    train.add_argument("--image-size", type=int, default=None, help="default: the data set's native size")
-    train.add_argument("--stem", choices=("auto", "cifar", "imagenet"), default="auto")
-    train.add_argument("--vit-layers", type=int, default=None, help="ViT depth override (default: 12)")
-    train.add_argument("--projection-dim", type=int, default=64)
-    train.add_argument("--train-size", type=int, default=None, help="use a fixed random subset of the images")
-    train.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default="no")
-    train.add_argument("--num-workers", type=int, default=0)
-    train.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (default: epochs)")
-    train.add_argument("--log-every", type=int, default=10)
-    train.add_argument("--data-dir", default=None, help="default: $SIMCSE_WEINCE_DATA_DIR or ~/.cache")
-    train.add_argument("--no-download", action="store_true", help="never download missing data")
+    from simcse_weince.config import add_config_flags
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+
+    add_config_flags(train, VisionTrainConfig, "training settings", DEPRECATED_NAMES)
     train.set_defaults(func=run_train)
 
     evaluate = commands.add_parser("eval", help="linear probe and kNN of a checkpoint's frozen backbone")
@@ -93,41 +68,25 @@ def register(subparsers) -> None:
     evaluate.set_defaults(func=run_eval)
 
 
-def run_train(args) -> int:
-    from simcse_weince.vision.train import VisionTrainConfig, train
-    from simcse_weince.weince import WeinceConfig
+def build_config(args):
+    """The resolved VisionTrainConfig: defaults (or the saved run, with --resume) < --config FILE < flags."""
+    from simcse_weince.config import resolve_config
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
-    config = VisionTrainConfig(
-        dataset=args.dataset,
-        backbone=args.backbone,
-        loss=args.loss,
-        output_dir=args.output_dir,
-        data_dir=args.data_dir,
-        download=False if args.no_download else None,
-        image_size=args.image_size,
-        stem=args.stem,
-        vit_layers=args.vit_layers,
-        projection_dim=args.projection_dim,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.lr,
-        weight_decay=args.weight_decay,
-        temperature=args.temperature,
-        weince=WeinceConfig(beta=args.beta),
-        extra_terms=args.extra_terms,
-        max_steps=args.max_steps,
-        train_size=args.train_size,
-        mixed_precision=args.mixed_precision,
-        num_workers=args.num_workers,
-        seed=args.seed,
-        save_every=args.save_every,
-        log_every=args.log_every,
-    )
-    resume = None
-    if args.resume is not None:
-        resume = args.output_dir if args.resume == "latest" else args.resume
-    result = train(config, resume=resume)
-    print(f"trained {result['global_step']} steps; checkpoint: {result['checkpoint']}")
+    return resolve_config(VisionTrainConfig(), args, DEPRECATED_NAMES)
+
+
+def run_train(args) -> int:
+    import yaml
+
+    config = build_config(args)
+    if args.print_config:
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
+    from simcse_weince.vision.train import train
+
+    result = train(config, resume=args.resume, overwrite=args.overwrite)
+    print(f"trained {result['step']} steps; checkpoint: {result['checkpoint']}")
     return 0
 
 

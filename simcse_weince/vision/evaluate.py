@@ -324,10 +324,11 @@ def evaluate_checkpoint(
 
     ``dataset`` defaults to the pretraining one, images are evaluated at the pretraining size; the other keyword
     arguments go to :func:`evaluate_model`. Adds ``checkpoint``, ``backbone``, ``loss``, ``pretraining_dataset``
-    and ``global_step`` to its results.
+    and ``step`` to its results.
     """
+    from simcse_weince.training.runs import read_trainer_state
     from simcse_weince.vision.datasets import dataset_spec
-    from simcse_weince.vision.train import load_pretrained, read_trainer_state, resolve_checkpoint
+    from simcse_weince.vision.train import load_pretrained, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(checkpoint)
     model, config = load_pretrained(checkpoint, device=device)
@@ -345,7 +346,7 @@ def evaluate_checkpoint(
         "backbone": config.backbone,
         "loss": config.loss,
         "pretraining_dataset": config.dataset,
-        "global_step": read_trainer_state(checkpoint)["global_step"],
+        "step": read_trainer_state(checkpoint)["step"],
         **results,
     }
 
@@ -356,7 +357,7 @@ def results_markdown(results: dict) -> str:
     lines = [
         (
             f"**{results['loss']}**, {results['backbone']} on {results['dataset']} "
-            f"(step {results['global_step']}, {results['num_train']} train / {results['num_test']} test images)"
+            f"(step {results['step']}, {results['num_train']} train / {results['num_test']} test images)"
         ),
         "",
         (

@@ -11,22 +11,16 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from sentence_transformers.base.losses.gradcache import (
+    CachedLossMixin,
+    _validate_mini_batch_num_tokens,
+    has_static_embedding_input,
+)
 from torch import Tensor, nn
 
-from simcse_weince.losses import SIMCSE_CITATION, WEINCE_CITATION, InfoNCELoss, WeinceLoss
+from simcse_weince.losses.infonce import SIMCSE_CITATION, InfoNCELoss
+from simcse_weince.losses.weince import WEINCE_CITATION, WeinceLoss
 from simcse_weince.weince import WeinceConfig
-
-try:  # sentence-transformers >= 6.2
-    from sentence_transformers.base.losses.gradcache import (
-        CachedLossMixin,
-        _validate_mini_batch_num_tokens,
-        has_static_embedding_input,
-    )
-except ImportError as error:  # pragma: no cover - the dependency floor is 6.2
-    raise ImportError(
-        "CachedWeinceLoss needs sentence-transformers >= 6.2 (sentence_transformers.base.losses.gradcache): "
-        "pip install -U 'sentence-transformers>=6.2'"
-    ) from error
 
 GRADCACHE_CITATION = """
 @misc{gao2021scaling,
@@ -156,7 +150,7 @@ class CachedWeinceLoss(CachedLossMixin, nn.Module):
         self.show_progress_bar = show_progress_bar
 
     @staticmethod
-    def _wrapped_loss(model, temperature, config, gather_across_devices) -> WeinceLoss:
+    def _wrapped_loss(model, temperature, config, gather_across_devices) -> WeinceLoss | InfoNCELoss:
         return WeinceLoss(model, temperature, config=config, gather_across_devices=gather_across_devices)
 
     @property

@@ -1,4 +1,6 @@
-"""The model card (README.md) of a trained encoder, rendered from a Jinja template with huggingface_hub.
+"""The Hugging Face Hub side of a trained encoder: its model card (README.md) and ``push``.
+
+The card is rendered from a Jinja template with huggingface_hub.
 
 The template ships inside the package (``simcse_weince/model_cards/simcse_sentence_encoder.md``), so it is
 found after ``pip install`` as well as in a checkout. Its YAML header (base model, datasets, tags, STS-B
@@ -6,7 +8,7 @@ results as ``model-index``) is what the Hub indexes.
 
 Example::
 
-    from simcse_weince.model_card import render_model_card
+    from simcse_weince.hub import render_model_card
     print(render_model_card(json.load(open("runs/demo/results.json")), repo_id="me/simcse-weince-minilm"))
 """
 
@@ -28,13 +30,14 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
     """Render the card from a ``results.json`` dict (it carries the config).
 
     Args:
-        results: what :func:`simcse_weince.train.train` returns / writes.
+        results: what :func:`simcse_weince.text.train` returns / writes.
         repo_id: the Hub id shown in the usage snippet (default: ``<user>/<run folder name>`` placeholder).
         template: a template text to use instead of the packaged one.
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    from simcse_weince.modeling import EVALUATION_POOLER, SENTENCE_TRANSFORMERS_POOLING, hub_id_of
+    from simcse_weince.paths import hub_id_of
+    from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
     from simcse_weince.precision import precision_label
 
     config = results["config"]
@@ -64,7 +67,7 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         model_name=model_name,
         eval_results=eval_results,
     )
-    evaluation_pooler = EVALUATION_POOLER[config["pooler"]]
+    evaluation_pooler = EXPORT_POOLER[config["pooler"]]
     return ModelCard.from_template(
         card_data,
         template_str=template or template_text(),
@@ -93,3 +96,54 @@ def write_model_card(output_dir: str | Path, results: dict, repo_id: str | None 
     path = Path(output_dir) / "README.md"
     path.write_text(render_model_card(results, repo_id=repo_id), encoding="utf-8")
     return path
+
+
+def push_folder(
+    directory,
+    repo_id: str,
+    *,
+    private: bool = False,
+    token: str | None = None,
+    commit_message: str = "Upload SimCSE model trained with simcse-weince",
+) -> str:
+    """Upload a trained model folder (without checkpoints) to the Hub; returns the commit URL.
+
+    Raises clear RuntimeErrors when the Hub is offline, no token is available, or the upload fails.
+    """
+    import re
+    from pathlib import Path
+
+    from simcse_weince.paths import hub_is_offline
+
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model folder {folder} not found; pass the --output-dir of a `train` run")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?", repo_id) or ".." in repo_id:
+        raise ValueError(f"invalid repository id {repo_id!r}: use NAME or OWNER/NAME (letters, digits, - _ .)")
+    if not (folder / "modules.json").is_file():
+        raise FileNotFoundError(
+            f"{folder} is not a trained model folder (no modules.json); pass a --output-dir of `train`"
+        )
+    if hub_is_offline():
+        raise RuntimeError("the Hugging Face Hub is offline (HF_HUB_OFFLINE is set): unset it to push")
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import HfHubHTTPError
+
+    token = token or get_token()
+    if not token:
+        raise RuntimeError("no Hugging Face token: run `hf auth login`, set HF_TOKEN, or pass --token")
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        commit = api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo_id,
+            repo_type="model",
+            commit_message=commit_message,
+            ignore_patterns=["checkpoints/*", ".export-staging/*", "*.tmp"],
+        )
+    except HfHubHTTPError as error:
+        raise RuntimeError(f"the Hub refused the upload to {repo_id}: {str(error).splitlines()[0]}") from error
+    except Exception as error:  # connection errors (httpx / requests), timeouts
+        raise RuntimeError(f"cannot reach the Hugging Face Hub to push {repo_id}: {error}") from error
+    return getattr(commit, "commit_url", str(commit))

@@ -1,27 +1,14 @@
-"""sentence-transformers losses around the functional core: `WeinceLoss` and its baseline `InfoNCELoss`."""
+"""WEINCE as a sentence-transformers loss: :class:`WeinceLoss`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from simcse_weince.distributed import gather_with_grad
-from simcse_weince.weince import (  # noqa: F401  (DIAGNOSTIC_KEYS: re-exported for the adapters)
-    DIAGNOSTIC_KEYS,
-    WeinceConfig,
-    infonce_loss,
-    raise_non_finite,
-    summarize_statistics,
-    weince_loss,
-)
-
-try:  # sentence-transformers >= 6: one merged forward pass for columns that preprocess alike
-    from sentence_transformers.base.losses.merged_forward import embed_columns as _embed_columns
-except ImportError:  # older releases
-    _embed_columns = None
+from simcse_weince.losses._columns import anchors_and_candidates, check_temperature, embed_columns, read_diagnostics
+from simcse_weince.weince import WeinceConfig, summarize_statistics, weince_loss
 
 WEINCE_CITATION = """
 @inproceedings{erol2026weince,
@@ -34,38 +21,13 @@ WEINCE_CITATION = """
 }
 """
 
-SIMCSE_CITATION = """
-@inproceedings{gao2021simcse,
-    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
-    author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
-    booktitle={Empirical Methods in Natural Language Processing (EMNLP)},
-    year={2021},
-}
-"""
-
-def _embed(model: nn.Module, sentence_features: list[dict[str, Tensor]]) -> list[Tensor]:
-    """Embed every column; one column means unsupervised SimCSE: the same text twice, two dropout masks."""
-    if len(sentence_features) == 1:
-        # The duplicated column goes through the encoder in one forward pass of 2N rows, as SimCSE does;
-        # dropout draws independent masks for the two copies.
-        sentence_features = [sentence_features[0], sentence_features[0]]
-        if _embed_columns is not None:
-            return _embed_columns(model, sentence_features, separate_first=False)
-        features = {
-            key: torch.cat([value, value]) if isinstance(value, Tensor) and value.dim() > 0 else value
-            for key, value in sentence_features[0].items()
-        }
-        return list(model(features)["sentence_embedding"].chunk(2))
-    if _embed_columns is not None:
-        return _embed_columns(model, sentence_features)
-    return [model(features)["sentence_embedding"] for features in sentence_features]
-
 
 class WeinceLoss(nn.Module):
     def __init__(
         self,
         model: nn.Module,
         temperature: float = 0.05,
+        *,
         config: WeinceConfig | None = None,
         gather_across_devices: bool = False,
     ) -> None:
@@ -87,6 +49,9 @@ class WeinceLoss(nn.Module):
             config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
             gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
                 negatives *and the tail statistics* span the global batch.
+
+        The options after ``temperature`` are keyword-only: the losses of this package take different options, and
+        a positional call could bind a value to another loss's option.
 
         After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, for logging.
@@ -111,8 +76,9 @@ class WeinceLoss(nn.Module):
             +-------------------------------------------------+--------+
 
         Relations:
-            - :class:`InfoNCELoss` is the λ = 0 baseline through the same code path (equal to
+            - :class:`~simcse_weince.InfoNCELoss` is the λ = 0 baseline on the same inputs (equal to
               ``MultipleNegativesRankingLoss(model, scale=1/temperature)``).
+            - :class:`~simcse_weince.CachedWeinceLoss` is its GradCache version (large batches, bounded memory).
 
         Example:
             ::
@@ -133,12 +99,10 @@ class WeinceLoss(nn.Module):
                 print(loss.last_diagnostics)
         """
         super().__init__()
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+        self.temperature = check_temperature(temperature)
         if config is not None and not isinstance(config, WeinceConfig):
             raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
         self.model = model
-        self.temperature = float(temperature)
         self.config = config or WeinceConfig()
         self.gather_across_devices = gather_across_devices
         self._last_summary: dict[str, Tensor] | None = None
@@ -148,28 +112,17 @@ class WeinceLoss(nn.Module):
         sentence_features = list(sentence_features)
         if not sentence_features:
             raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
-        embeddings = _embed(self.model, sentence_features)
-        return self.compute_loss_from_embeddings(embeddings, labels)
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
         """Loss from per-column embeddings: column 0 are anchors, column 1 positives, further columns negatives."""
-        if len(embeddings) < 2:
-            raise ValueError(f"expected anchor and positive embeddings, got {len(embeddings)} column(s)")
-        anchors, candidate_columns = embeddings[0], list(embeddings[1:])
-        if self.gather_across_devices:
-            anchors = gather_with_grad(anchors)
-            candidate_columns = [gather_with_grad(column) for column in candidate_columns]
-        candidates = torch.cat(candidate_columns, dim=0)
-        loss = self._loss(anchors, candidates)
-        # Kept for a lazy finiteness check when the diagnostics are read (no per-step device synchronisation).
-        self._last_check = (loss.detach(), anchors.detach(), candidates.detach())
-        return loss
-
-    def _loss(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        anchors, candidates = anchors_and_candidates(embeddings, self.gather_across_devices)
         loss, stats = weince_loss(
             anchors, candidates, temperature=self.temperature, config=self.config, return_stats=True
         )
         self._last_summary = summarize_statistics(stats)
+        # Kept for a lazy finiteness check when the diagnostics are read (no per-step device synchronisation).
+        self._last_check = (loss.detach(), anchors.detach(), candidates.detach())
         return loss
 
     @property
@@ -178,13 +131,7 @@ class WeinceLoss(nn.Module):
 
         Reading them synchronises the device, once; a non-finite last loss is reported here with the culprit.
         """
-        if self._last_check is not None:
-            loss, anchors, candidates = self._last_check
-            if not torch.isfinite(loss).item():
-                raise_non_finite(anchors, candidates)
-        if self._last_summary is None:
-            return {}
-        return {key: float(value) for key, value in self._last_summary.items()}
+        return read_diagnostics(self._last_check, self._last_summary)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
@@ -196,50 +143,3 @@ class WeinceLoss(nn.Module):
     @property
     def citation(self) -> str:
         return WEINCE_CITATION
-
-
-class InfoNCELoss(WeinceLoss):
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float = 0.05,
-        gather_across_devices: bool = False,
-        track_statistics: bool = False,
-        config: WeinceConfig | None = None,
-    ) -> None:
-        """The InfoNCE baseline (λ = 0) through the same class, inputs and unsupervised-SimCSE handling as
-        :class:`WeinceLoss`. Equal to ``MultipleNegativesRankingLoss(model, scale=1/temperature)``.
-
-        Args:
-            model: the SentenceTransformer to train.
-            temperature: τ (SimCSE: 0.05).
-            gather_across_devices: gather embeddings from all processes (with gradient) before the loss.
-            track_statistics: also compute WEINCE's tail statistics (without using them) so that
-                :attr:`last_diagnostics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
-            config: the :class:`~simcse_weince.WeinceConfig` used for those statistics.
-
-        Example:
-            ::
-
-                from simcse_weince import InfoNCELoss
-                loss = InfoNCELoss(model)  # unsupervised SimCSE on a single text column
-        """
-        super().__init__(model, temperature=temperature, config=config, gather_across_devices=gather_across_devices)
-        self.track_statistics = track_statistics
-
-    def _loss(self, anchors: Tensor, candidates: Tensor) -> Tensor:
-        if not self.track_statistics:
-            return infonce_loss(anchors, candidates, temperature=self.temperature)
-        loss, stats = weince_loss(
-            anchors, candidates, temperature=self.temperature, config=self.config, return_stats=True,
-            mixing_weight=0.0,
-        )
-        self._last_summary = summarize_statistics(stats)
-        return loss
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}
-
-    @property
-    def citation(self) -> str:
-        return SIMCSE_CITATION

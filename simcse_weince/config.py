@@ -1,0 +1,262 @@
+"""Run settings as dataclasses, read from YAML/JSON files and command-line flags: shared by every trainer.
+
+A trainer's config is a dataclass whose ``weince`` field holds a :class:`~simcse_weince.WeinceConfig`. Settings
+are applied as flat overrides (``{"batch_size": 32, "weince.quantile": 0.3}``; a WEINCE field may also be given
+by its short name, ``quantile``), each converted to the field's type, so a CLI string, a YAML value and a Python
+value go through one path. :func:`add_config_flags` makes one flag per field (``--batch-size``,
+``--weince.quantile`` / ``--quantile``); :func:`overrides_from_args` collects the flags that were given.
+
+Nothing here imports torch: ``simcse-weince --help`` builds every flag from these dataclasses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import types
+import typing
+from pathlib import Path
+
+from simcse_weince.validation import describe_type
+from simcse_weince.weince_config import WeinceConfig
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "training_config.yaml"  # a run's resolved config; its presence marks a folder as one of our runs
+LOSSES = ("weince", "infonce")  # the contrastive objectives every trainer offers
+REPORT_TO = ("csv", "tensorboard")  # the trackers every trainer offers
+
+
+def convert_value(value, hint, name: str = "value"):
+    """Turn ``value`` (a CLI string or a YAML/JSON value) into the type ``hint`` of a config field."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        is_none = value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null"))
+        if is_none and type(None) in args:
+            return None
+        for option in [arg for arg in args if arg is not type(None)]:
+            try:
+                return convert_value(value, option, name)
+            except (TypeError, ValueError):
+                continue
+        raise ValueError(f"{name} must be {describe_type(hint)}, got {value!r}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise ValueError(f"{name} must be one of {args}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, str) and value.strip().lower() in ("none", "null"):
+            return ()
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        return tuple(convert_value(item, args[0], name) for item in value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if hint is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if hint is str:
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def flatten_overrides(values: dict, prefix: str = "") -> dict:
+    """``{"weince": {"quantile": 0.3}}`` -> ``{"weince.quantile": 0.3}`` (config files may nest or use dots)."""
+    flat = {}
+    for key, value in values.items():
+        key = str(key).replace("-", "_")
+        if key == "weince" and isinstance(value, dict):
+            flat.update(flatten_overrides(value, prefix="weince."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def apply_overrides(config, overrides: dict, aliases: dict[str, str] | None = None):
+    """A new config of ``config``'s class with ``overrides`` (flat, ``weince.<field>`` for the loss) applied and
+    type-checked. ``aliases`` maps deprecated setting names to current ones (a warning names the new one)."""
+    cls = type(config)
+    config_types, weince_types = typing.get_type_hints(cls), typing.get_type_hints(WeinceConfig)
+    values = {name: value for name, value in config.to_dict().items() if name != "weince"}
+    weince_values = dataclasses.asdict(config.weince)
+    for key, value in flatten_overrides(overrides).items():
+        if aliases and key in aliases:
+            logger.warning("the setting %r is deprecated; it is now %r", key, aliases[key])
+            key = aliases[key]
+        if key.startswith("weince."):
+            name = key.removeprefix("weince.")
+            if name not in weince_types:
+                raise ValueError(f"unknown WEINCE setting {name!r}; known: {', '.join(weince_types)}")
+            weince_values[name] = convert_value(value, weince_types[name], key)
+        elif key in config_types and key != "weince":
+            values[key] = convert_value(value, config_types[key], key)
+        elif key in weince_types:  # the short form: quantile = weince.quantile
+            weince_values[key] = convert_value(value, weince_types[key], key)
+        else:
+            raise ValueError(f"unknown config setting {key!r}; known: {', '.join(config_types)}")
+    return cls(**values, weince=WeinceConfig(**weince_values))
+
+
+def changed_settings(config, base) -> list[str]:
+    """The names of the settings in which ``config`` differs from ``base`` (``weince.<field>`` for the loss)."""
+    new, old = config.to_dict(), base.to_dict()
+    changed = [name for name, value in new.items() if name != "weince" and value != old[name]]
+    return changed + [f"weince.{name}" for name, value in new["weince"].items() if value != old["weince"][name]]
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """Flat overrides from a YAML or JSON file (keys are TrainConfig fields, WEINCE fields under ``weince``)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"config file {path} is not UTF-8 text (invalid byte at offset {error.start}); save it as UTF-8"
+        ) from None
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    try:
+        values = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
+        ) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"config file {path} is not valid YAML: {problem}{where}; fix the file") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ValueError(f"config file {path} must hold a mapping of settings, got {type(values).__name__}")  # noqa: TRY004
+    return flatten_overrides(values)
+
+
+def save_config(config, path: Path) -> None:
+    """The resolved config as YAML (``training_config.yaml`` in a run folder)."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False), encoding="utf-8")
+
+
+def load_config(cls, path: Path, aliases: dict[str, str] | None = None):
+    """A config of class ``cls`` from a YAML/JSON file of settings (as :func:`save_config` writes)."""
+    return apply_overrides(cls(), read_config_file(path), aliases)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls, title: str, aliases: dict[str, str] | None = None) -> None:
+    """One flag per field of ``cls`` and of :class:`WeinceConfig` (``--quantile`` = ``--weince.quantile``).
+
+    Values stay strings here; they are converted and checked when the config is built (:func:`apply_overrides`),
+    so a flag, a config file and the Python API share one set of rules. A flag that is not given is absent from
+    the namespace (the preset or the file decides). ``aliases`` adds deprecated flag names (old -> field).
+    """
+    defaults = cls().to_dict()
+    hints = typing.get_type_hints(cls)
+    group = parser.add_argument_group(title)
+    for field in dataclasses.fields(cls):
+        if field.name == "weince":
+            continue
+        default = defaults[field.name]
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        group.add_argument(
+            _flag(field.name),
+            dest=f"set:{field.name}",
+            default=argparse.SUPPRESS,
+            metavar=field.name.upper(),
+            help=f"default {shown}",
+            **({"nargs": "?", "const": "true"} if hints[field.name] is bool else {}),
+        )
+    for old, new in (aliases or {}).items():  # the old name goes through apply_overrides, which warns
+        group.add_argument(
+            _flag(old),
+            dest=f"set:{old}",
+            default=argparse.SUPPRESS,
+            metavar=new.upper(),
+            help=f"deprecated: use {_flag(new)}",
+            **({"nargs": "?", "const": "true"} if hints[new] is bool else {}),
+        )
+    loss_group = parser.add_argument_group("WEINCE settings (also --weince.NAME; defaults: WeinceConfig)")
+    for field in dataclasses.fields(WeinceConfig):
+        loss_group.add_argument(
+            _flag(field.name),
+            f"--weince.{field.name}",
+            dest=f"set:weince.{field.name}",
+            default=argparse.SUPPRESS,
+            metavar=field.name.upper(),
+            help=f"default {getattr(WeinceConfig(), field.name)}",
+        )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The settings given as flags (by :func:`add_config_flags`), flat."""
+    return {key.removeprefix("set:"): value for key, value in vars(args).items() if key.startswith("set:")}
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The flags of a training command that are not settings: --config, --resume, --overwrite, --print-config."""
+    run = parser.add_argument_group("run")
+    run.add_argument("--config", metavar="FILE", help="YAML/JSON file of settings (WEINCE ones under 'weince:')")
+    run.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        default=None,
+        metavar="CHECKPOINT",
+        help="continue the run in --output-dir from its newest checkpoint (or from CHECKPOINT)",
+    )
+    run.add_argument("--overwrite", action="store_true", help="replace an earlier run in --output-dir")
+    run.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    return run
+
+
+def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | None = None):
+    """The config a training command runs: ``base`` < ``--config FILE`` < flags. With ``--resume``, the run's saved
+    ``training_config.yaml`` replaces ``base`` (a warning names the settings the flags change)."""
+    overrides = read_config_file(args.config) if args.config else {}
+    overrides.update(overrides_from_args(args))
+    config = apply_overrides(base, overrides, aliases)
+    saved = Path(config.output_dir).expanduser() / CONFIG_FILE
+    if args.resume and saved.is_file():
+        saved_config = load_config(type(base), saved, aliases)
+        config = apply_overrides(saved_config, overrides, aliases)
+        changed = changed_settings(config, saved_config)
+        if changed:
+            logger.warning(
+                "resuming with settings that differ from the saved run: %s (the continuation is then not the "
+                "uninterrupted run)",
+                ", ".join(changed),
+            )
+    return config

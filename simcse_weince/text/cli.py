@@ -1,0 +1,97 @@
+"""``simcse-weince train`` and ``simcse-weince push``.
+
+Every field of :class:`simcse_weince.text.config.TrainConfig` is a flag (``--batch-size 32``, ``--final-tasks
+stsb,sickr``, ``--max-steps none``), and so is every field of :class:`simcse_weince.WeinceConfig`, as
+``--weince.quantile 0.3`` or simply ``--quantile 0.3``. Settings are applied in this order: the preset
+(``paper`` by default), then ``--config FILE`` (YAML or JSON), then the flags. ``--resume`` starts from the
+run's saved ``training_config.yaml`` instead of the preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+TRAIN_EXAMPLES = """examples:
+  simcse-weince train --preset cpu-demo                         # MiniLM on 11,914 sentences, a few minutes on a CPU
+  simcse-weince train --preset cpu-demo --loss infonce --output-dir runs/demo-infonce
+  accelerate launch -m simcse_weince.cli train --preset paper --mixed-precision bf16    # BERT-base, SimCSE's recipe
+  simcse-weince train --preset paper --quantile 0.3 --beta 1.0 --output-dir runs/q03   # WEINCE settings
+  simcse-weince train --output-dir runs/q03 --resume                                   # continue a killed run
+"""
+
+
+def register(subparsers) -> None:
+    train_parser = subparsers.add_parser(
+        "train",
+        help="train a sentence encoder with unsupervised SimCSE (WEINCE or InfoNCE)",
+        description=__doc__,
+        epilog=TRAIN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from simcse_weince.config import add_run_flags
+    from simcse_weince.text.config import PRESETS
+
+    add_run_flags(train_parser).add_argument(
+        "--preset",
+        default=None,
+        choices=list(PRESETS),
+        help="paper (default: BERT-base on wiki1m), cpu-demo (MiniLM, mean pooling) or cpu-cls (MiniLM, SimCSE's cls)",
+    )
+    from simcse_weince.config import add_config_flags
+    from simcse_weince.text.config import TrainConfig
+
+    add_config_flags(train_parser, TrainConfig, "training settings (defaults: the preset; the paper's are shown)")
+    train_parser.set_defaults(func=run_train)
+
+    push_parser = subparsers.add_parser(
+        "push",
+        help="upload a trained model folder to the Hugging Face Hub",
+        description="Upload a folder written by `simcse-weince train` (model, README.md model card, results.json, "
+        "training_config.yaml, logs; checkpoints are left out) to a model repository on the Hub.",
+    )
+    push_parser.add_argument("directory", metavar="DIR", help="the --output-dir of a training run")
+    push_parser.add_argument("repo_id", metavar="REPO_ID", help="e.g. your-name/simcse-weince-minilm")
+    push_parser.add_argument("--private", action="store_true", help="create the repository as private")
+    push_parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or `hf auth login`)")
+    push_parser.add_argument("--commit-message", default="Upload SimCSE model trained with simcse-weince")
+    push_parser.set_defaults(func=run_push)
+
+
+def build_config(args: argparse.Namespace):
+    """The resolved TrainConfig: preset (or the saved run, with --resume) < --config FILE < flags."""
+    from simcse_weince.config import resolve_config
+    from simcse_weince.text.config import preset
+
+    return resolve_config(preset(args.preset or "paper"), args)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    import yaml
+
+    config = build_config(args)
+    if args.print_config:
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
+        return 0
+    from pathlib import Path
+
+    from simcse_weince.text.results import format_summary
+    from simcse_weince.text.train import train
+
+    results = train(config, resume=args.resume, overwrite=args.overwrite)
+    if results:  # the main process
+        print(format_summary(results, Path(config.output_dir).expanduser()))
+    return 0
+
+
+def run_push(args: argparse.Namespace) -> int:
+    from simcse_weince.hub import push_folder
+
+    url = push_folder(
+        args.directory,
+        args.repo_id,
+        private=args.private,
+        token=args.token,
+        commit_message=args.commit_message,
+    )
+    print(f"pushed {args.directory} to https://huggingface.co/{args.repo_id} ({url})")
+    return 0

@@ -1,0 +1,180 @@
+"""The text trainer's settings: :class:`TrainConfig` and its presets. Importing this module does not import torch.
+
+``preset("cpu-demo", loss="infonce")`` is the preset with keyword overrides; the same settings come from YAML /
+JSON files and CLI flags through :mod:`simcse_weince.config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from simcse_weince.config import LOSSES, REPORT_TO, apply_overrides
+from simcse_weince.poolers import TRAINING_POOLERS
+from simcse_weince.precision import MIXED_PRECISION
+from simcse_weince.weince_config import WeinceConfig
+
+#: the transformers.get_scheduler names that work from (warmup, total steps) alone and step without a metric
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt")  # fmt: skip
+STS_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on. The defaults are SimCSE's unsupervised BERT-base recipe (preset ``paper``).
+
+    Batch semantics: ``batch_size`` sentences form one contrastive batch (each sentence's negatives are the
+    other ``batch_size - 1``), whatever the number of processes: each process encodes ``batch_size /
+    num_processes`` of them and the embeddings are gathered. Gradient accumulation sums the gradients of
+    ``gradient_accumulation_steps`` such batches (negatives stay within a batch). ``mini_batch_size`` bounds
+    memory without losing negatives: each process encodes its share ``mini_batch_size`` sentences at a time
+    (GradCache, see :func:`simcse_weince.text.train.forward_backward`), with the same loss and gradients.
+    """
+
+    # model
+    model: str = "bert-base-uncased"  # hub id, local folder, or bundled:all-MiniLM-L6-v2
+    pooler: str = "cls"  # cls (MLP in training only; cls_before_pooler at evaluation), cls_before_pooler, avg
+    dropout: float | None = None  # hidden and attention dropout; None keeps the model's (0.1 for BERT)
+    # data
+    train_file: str = "wiki1m_for_simcse.txt"  # a path, or a file name inside the data directory
+    data_dir: str | None = None  # None: $SIMCSE_WEINCE_DATA_DIR, else ~/.cache/simcse_weince/data
+    max_train_samples: int | None = None  # use only the first N sentences
+    max_length: int = 32  # tokens per training sentence
+    # loss
+    loss: str = "weince"  # weince | infonce
+    temperature: float = 0.05
+    weince: WeinceConfig = field(default_factory=WeinceConfig)
+    # optimisation
+    batch_size: int = 64
+    mini_batch_size: int | None = None  # GradCache: encode the batch this many sentences at a time (None: at once)
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 3e-5
+    lr_scheduler: str = "linear"  # one of LR_SCHEDULERS (transformers.get_scheduler names)
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = 1.0  # SimCSE trains with the HF Trainer, which clips at 1.0
+    num_epochs: int = 1
+    max_steps: int | None = None  # optimizer updates; overrides num_epochs (may span several epochs)
+    mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16; see precision.py
+    length_chunks: int = 4  # encode each batch in this many length-sorted chunks (less padding); 1: one forward
+    cpu: bool = False  # force the CPU even when an accelerator is present
+    seed: int = 42
+    # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)
+    eval_steps: int = 125  # 0: no evaluation during training (the last step is exported)
+    eval_before_training: bool = False  # also score the untrained model (reported, never selected)
+    eval_batch_size: int = 128
+    eval_max_length: int | None = None  # None: the base model's max_seq_length (<= 512)
+    eval_bf16: bool = False  # evaluate under bf16 autocast (faster; the default fp32 keeps SentEval's digits)
+    final_tasks: tuple[str, ...] = STS_TASKS  # test-split table after training; () or none for STS-B only
+    final_evaluation: bool = True  # False: no scores at the end (benchmarks, quick experiments)
+    # checkpoints and logging
+    save_steps: int = 250  # 0: no checkpoints (Ctrl-C still saves one)
+    save_total_limit: int = 1  # step checkpoints kept, >= 1 (the best model is kept separately)
+    logging_steps: int = 1
+    report_to: tuple[str, ...] = ("csv", "tensorboard")
+    num_workers: int = 0  # DataLoader workers (tokenisation happens once, up front)
+    output_dir: str = "runs/simcse-weince"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weince, dict):
+            self.weince = WeinceConfig(**self.weince)
+        self.final_tasks = tuple(self.final_tasks)
+        self.report_to = tuple(self.report_to)
+        self.validate()
+
+    def validate(self) -> None:
+        from simcse_weince.validation import check_field_types
+
+        check_field_types(self)  # batch_size="32" -> TypeError naming the field, not a failed comparison
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
+        if self.pooler not in TRAINING_POOLERS:
+            raise ValueError(f"unknown pooler {self.pooler!r}; expected one of {TRAINING_POOLERS}")
+        if self.batch_size < 2:
+            raise ValueError(
+                f"batch_size must be >= 2 (each sentence needs at least one in-batch negative), got {self.batch_size}"
+            )
+        for name in (
+            "gradient_accumulation_steps",
+            "num_epochs",
+            "max_length",
+            "eval_batch_size",
+            "logging_steps",
+            "length_chunks",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.save_total_limit < 1:  # 0 would keep no checkpoint to resume from; there is save_steps=0 for that
+            raise ValueError(
+                f"save_total_limit must be >= 1 (the step checkpoints kept; --save-steps 0 saves none), "
+                f"got {self.save_total_limit}"
+            )
+        if self.lr_scheduler not in LR_SCHEDULERS:
+            raise ValueError(f"unknown lr_scheduler {self.lr_scheduler!r}; expected one of {LR_SCHEDULERS}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
+        if self.eval_max_length is not None and self.eval_max_length < 1:
+            raise ValueError(f"eval_max_length must be >= 1 (or None: the model's), got {self.eval_max_length}")
+        for name in ("model", "train_file", "output_dir"):
+            if not getattr(self, name).strip():
+                raise ValueError(f"{name} is empty")
+        for name in ("eval_steps", "save_steps", "warmup_steps", "num_workers"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ValueError(f"mini_batch_size must be >= 1 (or None: no GradCache), got {self.mini_batch_size}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 (or None for num_epochs), got {self.max_steps}")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be >= 1, got {self.max_train_samples}")
+        if not (self.temperature > 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            choices = ", ".join(MIXED_PRECISION)
+            raise ValueError(f"mixed_precision must be one of {choices}, got {self.mixed_precision!r}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        unknown = [task for task in self.final_tasks if task not in STS_TASKS]
+        if unknown:
+            raise ValueError(f"unknown final_tasks {unknown}; choose among {STS_TASKS}")
+        unknown = [name for name in self.report_to if name not in REPORT_TO]
+        if unknown:
+            raise ValueError(f"unknown report_to {unknown}; supported: csv, tensorboard")
+
+    def to_dict(self) -> dict:
+        values = dataclasses.asdict(self)
+        values["final_tasks"] = list(self.final_tasks)
+        values["report_to"] = list(self.report_to)
+        return values
+
+
+#: presets are overrides of the defaults (which are SimCSE's paper recipe)
+PRESETS: dict[str, dict] = {
+    "paper": {},
+    "cpu-demo": {
+        "model": "bundled:all-MiniLM-L6-v2",
+        "pooler": "avg",  # the model was trained with mean pooling
+        "train_file": "wiki1m_head.txt",  # 11,914 sentences: one epoch is 186 steps of 64
+        "eval_steps": 62,  # three checkpoints to choose from, ~10 s each on 2 cores
+        "eval_before_training": True,  # show where training started
+        "save_steps": 62,
+        "output_dir": "runs/cpu-demo",
+    },
+}
+# The same data and model trained and evaluated SimCSE's way: [CLS] + MLP head in training, [CLS] without it at
+# evaluation. MiniLM was trained with mean pooling, so its [CLS] vector starts lower (STS-B dev 79.7) and
+# contrastive training has room to move it, which mean pooling (dev 86.7, loss ~1e-3 from step 1) has not.
+PRESETS["cpu-cls"] = {**PRESETS["cpu-demo"], "pooler": "cls", "output_dir": "runs/cpu-cls"}
+
+
+def preset(name: str = "paper", **overrides) -> TrainConfig:
+    """The config of a preset (``paper``, ``cpu-demo``) with keyword overrides (``weince={"quantile": .3}`` too)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; expected one of {tuple(PRESETS)}")
+    return apply_overrides(TrainConfig(), {**PRESETS[name], **overrides})

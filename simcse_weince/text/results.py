@@ -1,0 +1,223 @@
+"""What the text trainer reports: STS-B dev model selection during training, and at the end the export of the
+best step as a SentenceTransformer, its scores, ``results.json`` and the model card."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from simcse_weince.paths import hub_is_offline
+from simcse_weince.text.config import TrainConfig
+from simcse_weince.training.tracking import summarize_lambda
+from simcse_weince.weince_config import WeinceConfig
+
+logger = logging.getLogger(__name__)
+
+
+def not_applied_settings(config: TrainConfig, tensorboard_dropped: str | None) -> dict[str, str]:
+    """Settings that cannot take effect in this run, with why (``results.json`` lists them)."""
+    not_applied = {}
+    if tensorboard_dropped:
+        not_applied["report_to"] = tensorboard_dropped
+    if config.loss == "infonce" and config.weince != WeinceConfig():
+        changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
+        not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
+        logger.warning("%s", not_applied["weince"])
+    return not_applied
+
+
+def check_evaluation_data(data_dir: Path) -> None:
+    """Fail before training, not at the first evaluation, when STS-B is missing and cannot be downloaded."""
+    if not (data_dir / "stsbenchmark").is_dir() and hub_is_offline():
+        raise FileNotFoundError(
+            f"STS-B is not in {data_dir / 'stsbenchmark'} and the Hub is offline; set --data-dir or "
+            f"$SIMCSE_WEINCE_DATA_DIR to the folder holding the evaluation data"
+        )
+
+
+class DevSelection:
+    """STS-B dev Spearman of the current weights (main process; evaluation pooler, no dropout); the best step's
+    encoder weights are kept in ``best_dir`` and exported at the end. Scores and the best step live in the
+    trainer ``state``, so they survive a resume."""
+
+    def __init__(self, accelerator, model, config: TrainConfig, data_dir: Path, state: dict, best_dir: Path):
+        self.accelerator, self.model, self.config = accelerator, model, config
+        self.data_dir, self.state, self.best_dir = data_dir, state, best_dir
+
+    def score(self) -> float | None:
+        from simcse_weince.evaluation import stsb_spearman
+
+        score = None
+        if self.accelerator.is_main_process:
+
+            def encoder(texts):
+                with evaluation_autocast(self.config, self.accelerator.device):
+                    return self.model.encode(texts, batch_size=self.config.eval_batch_size)
+
+            score = float(stsb_spearman(encoder, split="dev", data_dir=self.data_dir))
+        self.accelerator.wait_for_everyone()
+        return score
+
+    def evaluate(self, step: int, write=print) -> None:
+        """Score step ``step``, log it, and keep its weights when it is the best so far."""
+        score = self.score()
+        state = self.state
+        if self.accelerator.is_main_process:
+            state["evaluations"].append({"step": step, "stsb_dev_spearman": score})
+            self.accelerator.log({"stsb_dev_spearman": score}, step=step)
+            if state["best_stsb_dev_spearman"] is None or score > state["best_stsb_dev_spearman"]:
+                state["best_stsb_dev_spearman"], state["best_step"] = score, step
+                save_weights(self.model.encoder, self.best_dir)
+            write(
+                f"step {step}: STS-B dev Spearman {score:.2f} (best {state['best_stsb_dev_spearman']:.2f} at step "
+                f"{state['best_step']})"
+            )
+        self.accelerator.wait_for_everyone()
+
+    def restore_best(self) -> None:
+        """Load the best step's weights (when there was an evaluation) into the model."""
+        if self.state["best_step"] is not None and (self.best_dir / "model.safetensors").is_file():
+            load_weights(self.model.encoder, self.best_dir)
+
+
+def export_results(
+    accelerator,
+    model,
+    config: TrainConfig,
+    state: dict,
+    dev: DevSelection,
+    *,
+    mixed_precision: str,
+    not_applied: dict,
+    total_steps: int,
+    start_step: int,
+    num_sentences: int,
+    skipped: int,
+    train_file: Path,
+    wall_seconds: float,
+) -> dict:
+    """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
+    model card (main process; the others return ``{}``)."""
+    if not accelerator.is_main_process:
+        return {}
+    output_dir = Path(config.output_dir).expanduser()
+    applied_config = config.to_dict()
+    if "report_to" in not_applied:
+        applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
+    dev.restore_best()
+    model.save_sentence_transformer(output_dir)
+    results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
+    if config.final_evaluation:
+        results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
+    accum, train_seconds = config.gradient_accumulation_steps, state["train_seconds"]
+    results.update(
+        {
+            "best_step": state["best_step"] or total_steps,
+            "best_stsb_dev_spearman_during_training": state["best_stsb_dev_spearman"],
+            "base_stsb_dev_spearman": state["base_stsb_dev_spearman"],
+            "total_steps": total_steps,
+            "resumed_from_step": start_step or None,
+            "num_train_sentences": num_sentences,
+            "embedding_dimension": model.encoder.config.hidden_size,
+            "skipped_empty_lines": skipped,
+            "train_file": str(train_file),
+            "num_processes": accelerator.num_processes,
+            "device": str(accelerator.device),
+            "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
+            "wall_time_seconds": wall_seconds,
+            "train_time_seconds": train_seconds,
+            "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
+            "lambda_stats": summarize_lambda(state["history"]),
+            "config": applied_config,
+            "not_applied": not_applied,
+            "evaluations": state["evaluations"],
+            "history": state["history"],
+            "versions": versions(),
+        }
+    )
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    from simcse_weince.hub import write_model_card
+
+    write_model_card(output_dir, results)
+    return results
+
+
+def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device) -> dict:
+    """Scores of the exported folder itself, so ``SentenceTransformer(output_dir)`` reproduces them."""
+    from sentence_transformers import SentenceTransformer
+
+    from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
+
+    model = SentenceTransformer(str(output_dir), device=str(device))
+    # The evaluation package's default encoding options: what a user gets from the same call on the folder.
+    # STS-B dev/test: the original (raw text) benchmark, sentence-transformers' protocol.
+    with evaluation_autocast(config, device):
+        results = {
+            "stsb_dev_spearman": float(stsb_spearman(model, split="dev", data_dir=data_dir)),
+            "stsb_test_spearman": float(stsb_spearman(model, split="test", data_dir=data_dir)),
+        }
+        if config.final_tasks:  # SimCSE's table: SentEval's tokenised, lower-cased copies (its STS-B column differs)
+            table = evaluate_sts(model, tasks=config.final_tasks, split="test", data_dir=data_dir)
+            results["sts_test"] = {key: value for key, value in table.items() if key != "details"}
+            results["sts_table"] = format_sts_table(table)
+    results["evaluation_precision"] = "bf16" if config.eval_bf16 else "fp32"
+    return results
+
+
+def evaluation_autocast(config: TrainConfig, device):
+    """bf16 autocast for evaluation when ``eval_bf16`` asks for it; otherwise fp32 (no autocast at all, even
+    inside a bf16 training run)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=config.eval_bf16)
+
+
+def save_weights(module: torch.nn.Module, folder: Path) -> None:
+    from safetensors.torch import save_model
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_model(module, str(folder / "model.safetensors.tmp"))
+    os.replace(folder / "model.safetensors.tmp", folder / "model.safetensors")  # a kill mid-save keeps the old one
+
+
+def load_weights(module: torch.nn.Module, folder: Path) -> None:
+    from safetensors.torch import load_model
+
+    load_model(module, str(folder / "model.safetensors"), device=str(next(module.parameters()).device))
+
+
+def format_summary(results: dict, output_dir: Path) -> str:
+    """The lines the CLI prints at the end of a run."""
+
+    def fmt(value) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    lines = [
+        f"STS-B dev Spearman: {fmt(results['stsb_dev_spearman'])}   STS-B test Spearman: "
+        f"{fmt(results['stsb_test_spearman'])}   (best step {results['best_step']} of {results['total_steps']})"
+    ]
+    if results.get("sts_table"):
+        lines.append(results["sts_table"])
+    lines.append(
+        f"wall time {results['wall_time_seconds']:.0f} s, training {results['train_sentences_per_second']:.1f} "
+        f"sentences/s; model, results.json and README.md in {output_dir}"
+    )
+    return "\n".join(lines)
+
+
+def versions() -> dict:
+    import accelerate
+    import sentence_transformers
+    import transformers
+
+    from simcse_weince import __version__
+
+    return {
+        "simcse_weince": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers.__version__,
+        "accelerate": accelerate.__version__,
+    }

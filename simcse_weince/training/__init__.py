@@ -1,0 +1,9 @@
+"""What every trainer (text and vision) shares.
+
+==========================  ==========================================================================
+``training/objective.py``   :class:`ContrastiveObjective`: WEINCE or InfoNCE by name, gathered, in float32
+``training/runs.py``        the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
+``training/tracking.py``    metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
+``training/accelerator.py`` the Accelerator: processes, device, ``--mixed-precision auto``
+==========================  ==========================================================================
+"""

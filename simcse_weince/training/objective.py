@@ -1,0 +1,72 @@
+"""The contrastive objective both trainers optimise: WEINCE or InfoNCE by name, on two views' embeddings.
+
+``geometry="simcse"`` (text): anchors are the first views, candidate *i* is anchor *i*'s positive and the other
+second views are its negatives. ``geometry="simclr"`` (vision): the 2N x 2N NT-Xent set of both views. With
+several processes both views are gathered with their gradient first, so the negatives and WEINCE's tail
+statistics span the global batch and every process computes the same loss. The loss is computed in float32
+with autocast off, whatever the training precision (tail statistics need it). ``extra_terms`` is an optional
+module added to the loss (the authors' top-M terms for vision, spec section 7).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from simcse_weince.config import LOSSES
+from simcse_weince.distributed import gather_with_grad
+from simcse_weince.weince import GEOMETRIES, WeinceConfig, infonce_loss, summarize_statistics, weince_loss
+
+
+class ContrastiveObjective:
+    """``objective(first_view, second_view) -> (loss, diagnostics)``.
+
+    ``diagnostics`` holds WEINCE's λ statistics (:data:`simcse_weince.weince.DIAGNOSTIC_KEYS`) as detached 0-d
+    tensors, so that a step costs one device synchronisation for everything it logs; ``{}`` for InfoNCE or when
+    called with ``diagnostics=False`` (computing them costs a little). The extra terms add theirs.
+    """
+
+    def __init__(
+        self,
+        loss: str = "weince",
+        temperature: float = 0.05,
+        *,
+        weince: WeinceConfig | None = None,
+        geometry: str = "simcse",
+        gather: bool = True,
+        extra_terms=None,
+    ):
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
+        if geometry not in GEOMETRIES:
+            raise ValueError(f"unknown geometry {geometry!r}; expected one of {GEOMETRIES}")
+        self.loss, self.temperature, self.geometry, self.gather = loss, float(temperature), geometry, gather
+        self.weince = weince or WeinceConfig()
+        self.extra_terms = extra_terms
+
+    def __call__(self, first_view: torch.Tensor, second_view: torch.Tensor, *, diagnostics: bool = True):
+        first_view, second_view = first_view.float(), second_view.float()
+        if self.gather:
+            first_view, second_view = gather_with_grad(first_view), gather_with_grad(second_view)
+        logs: dict = {}
+        with torch.autocast(device_type=first_view.device.type, enabled=False):
+            if self.loss == "infonce":
+                loss = infonce_loss(first_view, second_view, temperature=self.temperature, geometry=self.geometry)
+            elif diagnostics:
+                loss, stats = weince_loss(
+                    first_view,
+                    second_view,
+                    temperature=self.temperature,
+                    config=self.weince,
+                    geometry=self.geometry,
+                    return_stats=True,
+                )
+                logs = summarize_statistics(stats)
+            else:
+                loss = weince_loss(
+                    first_view, second_view, temperature=self.temperature, config=self.weince, geometry=self.geometry
+                )
+            if self.extra_terms is not None:
+                loss = loss + self.extra_terms(first_view, second_view, temperature=self.temperature)
+                if diagnostics:
+                    logs.update(self.extra_terms.last_diagnostics)
+        return loss, logs

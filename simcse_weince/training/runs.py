@@ -1,0 +1,339 @@
+"""A run's folder, shared by the text and vision trainers: the output directory, atomic checkpoints, resume.
+
+Layout of ``<output_dir>``::
+
+    training_config.yaml            the resolved config; marks the folder as one of our runs
+    checkpoints/step-0000062/       Accelerate state (model, optimizer, scheduler, RNG) + trainer_state.json
+                                    + manifest.json (size and sha256 of every file), written to step-….tmp and
+                                    renamed, so a kill mid-save leaves no half checkpoint
+    logs/metrics.csv                the per-step log (see :mod:`simcse_weince.training.tracking`)
+
+``trainer_state.json`` has one schema for every trainer: ``step`` (optimizer updates done), ``history`` (one
+dict per step), ``train_seconds``, ``wall_seconds``, plus what a trainer adds (the text trainer's best dev
+step, the vision trainer's epoch). ``--overwrite`` keeps the earlier run aside until the new one has saved its
+first checkpoint; ``--resume`` verifies the checkpoint before loading it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from simcse_weince.config import CONFIG_FILE
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+TRAINER_STATE = "trainer_state.json"
+MANIFEST = "manifest.json"  # sizes and sha256 of a checkpoint's files, checked on --resume
+PREVIOUS_RUN_SUFFIX = ".previous-run"  # .<output_dir>.previous-run: the run --overwrite replaces, until replaced
+
+
+def new_trainer_state(**extra) -> dict:
+    """The trainer state of a run at step 0 (the schema every trainer saves in ``trainer_state.json``)."""
+    return {"step": 0, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, **extra}
+
+
+def previous_run_dir(output_dir: Path) -> Path:
+    """Where ``--overwrite`` keeps the earlier run until the new one has saved its first checkpoint (a sibling,
+    so the move is a rename on the same file system)."""
+    return output_dir.with_name(f".{output_dir.name}{PREVIOUS_RUN_SUFFIX}")
+
+
+def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool) -> Path | None:
+    """Check the output directory; return the (verified) checkpoint to resume from (None for a fresh start).
+
+    Touches nothing: the folder is claimed by :func:`claim_output_dir` once every input has loaded. Even with
+    ``overwrite`` only a folder holding one of our runs (marked by its training_config.yaml) or an empty folder
+    may be replaced.
+    """
+    has_run = (output_dir / CONFIG_FILE).is_file()
+    non_empty = output_dir.is_dir() and any(output_dir.iterdir())
+    if output_dir.exists() and not output_dir.is_dir():
+        raise FileExistsError(f"output directory {output_dir} is a file; choose another --output-dir")
+    previous = previous_run_dir(output_dir)
+    if previous.exists():
+        raise FileExistsError(
+            f"{previous} holds the earlier run of {output_dir}, kept aside by an --overwrite start that stopped "
+            f"before its first checkpoint; restore it (rm -rf {output_dir} && mv {previous} {output_dir}) or "
+            f"delete it, then start again"
+        )
+    if resume:
+        if not has_run:
+            raise FileNotFoundError(f"--resume: {output_dir} holds no simcse-weince run ({CONFIG_FILE} is missing)")
+        if resume is True or resume == "latest":
+            checkpoint = newest_intact_checkpoint(output_dir)
+            if checkpoint is None and is_main:
+                logger.warning("--resume: no checkpoint in %s yet; starting from step 0", output_dir / CHECKPOINTS)
+            return checkpoint
+        checkpoint = Path(resume).expanduser()
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
+        problems = verify_checkpoint(checkpoint)
+        if problems:
+            intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
+            hint = (
+                f"the newest intact checkpoint is {intact}: resume from it with --resume {intact}"
+                if intact is not None
+                else f"no intact checkpoint is left in {output_dir / CHECKPOINTS}: start again with --overwrite"
+            )
+            raise ValueError(f"--resume: checkpoint {checkpoint} is damaged: {problems[0]}; {hint}")
+        return checkpoint
+    if non_empty and not overwrite:
+        what = "a simcse-weince run" if has_run else "files"
+        raise FileExistsError(
+            f"output directory {output_dir} already holds {what}; pass --resume to continue it, --overwrite to "
+            f"replace it, or choose another --output-dir"
+        )
+    if non_empty and not has_run:
+        raise FileExistsError(
+            f"output directory {output_dir} holds files that are not a simcse-weince run; refusing to delete them "
+            f"even with --overwrite: choose another --output-dir"
+        )
+    return None
+
+
+def claim_output_dir(output_dir: Path, resume) -> Path | None:
+    """Make the output folder the new run's (main process, once every input has loaded and the resume
+    checkpoint is in memory). An earlier run replaced with ``--overwrite`` is moved aside, not deleted; it is
+    returned, and deleted by the first :func:`save_checkpoint` or at the end of training. A start that fails
+    before then puts it back (:func:`restore_previous_run`)."""
+    previous = None
+    if not resume and output_dir.is_dir() and any(output_dir.iterdir()):
+        previous = previous_run_dir(output_dir)
+        os.replace(output_dir, previous)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return previous
+
+
+def release_previous_run(output_dir: Path) -> None:
+    """The new run has started (a checkpoint or the export exists): the run it replaced can go."""
+    shutil.rmtree(previous_run_dir(output_dir), ignore_errors=True)
+
+
+def restore_previous_run(output_dir: Path) -> bool:
+    """Put back the run that a failed ``--overwrite`` start moved aside; True when there was one."""
+    previous = previous_run_dir(output_dir)
+    if not previous.is_dir():
+        return False
+    shutil.rmtree(output_dir, ignore_errors=True)
+    os.replace(previous, output_dir)
+    return True
+
+
+def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The step checkpoints of a run, newest first (finished ones only: a save in progress ends in .tmp)."""
+    return sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"), reverse=True)
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    checkpoints = [path for path in list_checkpoints(output_dir) if (path / TRAINER_STATE).is_file()]
+    return checkpoints[0] if checkpoints else None
+
+
+def newest_intact_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint whose files pass :func:`verify_checkpoint`; damaged newer ones are named in a
+    warning. Raises ValueError when there are checkpoints and none is intact."""
+    damaged = []
+    for checkpoint in list_checkpoints(output_dir):
+        problems = verify_checkpoint(checkpoint)
+        if not problems:
+            for path, problem in damaged:
+                logger.warning(
+                    "checkpoint %s is damaged (%s); resuming from %s, the newest intact one (the steps after it "
+                    "are trained again, on the same data with the same dropout masks)",
+                    path,
+                    problem,
+                    checkpoint,
+                )
+            return checkpoint
+        damaged.append((checkpoint, problems[0]))
+    if damaged:
+        path, problem = damaged[0]
+        raise ValueError(
+            f"--resume: checkpoint {path} is damaged: {problem}; no intact checkpoint is left in "
+            f"{output_dir / CHECKPOINTS}: start again with --overwrite (or restore the file)"
+        )
+    return None
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path) -> None:
+    """``manifest.json``: size and sha256 of every file of a checkpoint, so a damaged file is found on resume."""
+    files = {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+    (folder / MANIFEST).write_text(json.dumps({"format": 1, "files": files}, indent=1), encoding="utf-8")
+
+
+def verify_checkpoint(checkpoint: Path) -> list[str]:
+    """What is wrong with a checkpoint's files (empty when intact), each problem naming the file.
+
+    With a manifest: every listed file must be there with its size and sha256. A checkpoint written before
+    manifests existed is checked by loading each file instead (and a warning says it cannot be verified)."""
+    manifest_path = checkpoint / MANIFEST
+    if not manifest_path.is_file():
+        return _probe_checkpoint_files(checkpoint)
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        return [f"its manifest {manifest_path} is unreadable ({error})"]
+    problems = []
+    if TRAINER_STATE not in files:
+        problems.append(f"{manifest_path} lists no trainer_state.json")
+    for name, entry in files.items():
+        path = checkpoint / name
+        if not path.is_file():
+            problems.append(f"{path} is missing")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(
+                f"{path} has {path.stat().st_size} bytes where {entry['size']} were saved (truncated or replaced)"
+            )
+        elif _sha256(path) != entry["sha256"]:
+            problems.append(f"{path} does not match the sha256 saved in {MANIFEST} (corrupted)")
+    return problems
+
+
+def _probe_checkpoint_files(checkpoint: Path) -> list[str]:
+    """Load every file of a checkpoint without a manifest (older versions), naming the one that fails."""
+    state_path = checkpoint / TRAINER_STATE
+    if not state_path.is_file():
+        return [f"{state_path} is missing"]
+    logger.warning(
+        "checkpoint %s has no %s (saved by an older simcse-weince): its files are checked by loading them",
+        checkpoint,
+        MANIFEST,
+    )
+    problems = []
+    for path in sorted(checkpoint.iterdir()):
+        try:
+            if path.name == TRAINER_STATE:
+                if not isinstance(json.loads(path.read_text(encoding="utf-8")).get("step"), int):
+                    raise ValueError("no step")
+            elif path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), framework="pt") as handle:
+                    for key in handle.keys():
+                        handle.get_tensor(key)
+            elif path.suffix in (".bin", ".pkl", ".pt"):
+                torch.load(path, map_location="cpu", weights_only=False)  # our own checkpoint, as load_state does
+        except Exception as error:  # noqa: BLE001 - any failure to load means the file is damaged
+            problems.append(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+    return problems
+
+
+def read_trainer_state(checkpoint: Path) -> dict:
+    path = checkpoint / TRAINER_STATE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        int(state["step"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"--resume: {path} is damaged ({error}); resume from an older checkpoint") from None
+    return state
+
+
+def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> Path:
+    """Model, optimizer, scheduler and RNG states (Accelerate) plus our trainer state (step, data position,
+    best score, history) and a manifest of their sizes and checksums, written to a temporary folder and renamed:
+    a kill mid-save leaves no half checkpoint, and a file damaged later is found on resume."""
+    final = output_dir / CHECKPOINTS / f"step-{state['step']:07d}"
+    staging = final.with_name(final.name + ".tmp")
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (staging / TRAINER_STATE).write_text(json.dumps(state), encoding="utf-8")
+        write_manifest(staging)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging, final)
+        release_previous_run(output_dir)  # the new run now has a checkpoint: the run it replaced can go
+        older = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))[:-limit] if limit else []
+        for path in older:
+            if path != final:
+                shutil.rmtree(path, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def load_checkpoint(accelerator, checkpoint: Path) -> dict:
+    """Restore a verified checkpoint into the prepared objects; returns its trainer state."""
+    state = read_trainer_state(checkpoint)
+    try:
+        accelerator.load_state(str(checkpoint))
+    except Exception as error:
+        raise RuntimeError(
+            f"--resume: cannot load checkpoint {checkpoint} ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:300]}); resume with the settings it was saved with"
+        ) from error
+    return state
+
+
+class RunFolder:
+    """One run's output folder, as every trainer uses it (the functions above, in their order).
+
+    ``RunFolder(output_dir, resume, overwrite, accelerator)`` checks the folder and picks the checkpoint to resume
+    from (``.checkpoint``; None for a fresh start) and touches nothing. Inside ``with run.restore_on_failure():``
+    the trainer loads its inputs, then calls :meth:`claim` (an earlier run replaced with ``--overwrite`` is moved
+    aside and the config is written); if the new run fails before its first checkpoint or export, the earlier
+    run is put back. :meth:`save_checkpoint` writes atomic checkpoints; :meth:`finish` drops the earlier run.
+    """
+
+    def __init__(self, output_dir, resume, overwrite: bool, accelerator):
+        self.output_dir = Path(output_dir).expanduser()
+        self.resume, self.accelerator = resume, accelerator
+        self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, accelerator.is_main_process)
+        accelerator.wait_for_everyone()
+        self._claimed = False
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.output_dir / CHECKPOINTS
+
+    def claim(self, config) -> None:
+        """Every input has loaded: make the folder this run's and write its config (main process)."""
+        from simcse_weince.config import save_config
+
+        if self.accelerator.is_main_process:
+            self._claimed = claim_output_dir(self.output_dir, self.resume) is not None
+            save_config(config, self.output_dir / CONFIG_FILE)
+        self.accelerator.wait_for_everyone()
+
+    def save_checkpoint(self, state: dict, limit: int) -> Path:
+        return save_checkpoint(self.accelerator, self.output_dir, state, limit)
+
+    def finish(self) -> None:
+        """The run has exported its result: the run it replaced can go."""
+        if self.accelerator.is_main_process:
+            release_previous_run(self.output_dir)
+
+    @contextlib.contextmanager
+    def restore_on_failure(self):
+        try:
+            yield self
+        except BaseException:
+            if self._claimed and restore_previous_run(self.output_dir):
+                logger.warning(
+                    "the new run stopped before its first checkpoint: the earlier run in %s is back", self.output_dir
+                )
+            raise

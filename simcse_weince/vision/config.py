@@ -1,0 +1,126 @@
+"""The vision trainer's settings: :class:`VisionTrainConfig`. Importing this module does not import torch.
+
+The run settings have the text trainer's names (``num_epochs``, ``save_steps``, ``logging_steps``,
+``save_total_limit``, ``learning_rate``, ``mixed_precision``, ``report_to``); the names of earlier releases
+(:data:`DEPRECATED_NAMES`) are still read from flags and files, with a warning, for one release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from simcse_weince.config import LOSSES, REPORT_TO
+from simcse_weince.precision import MIXED_PRECISION
+from simcse_weince.weince_config import WeinceConfig
+
+# Kept equal to datasets.DATASETS / backbones.BACKBONES (a test checks it): the config checks names without torch.
+DATASET_CHOICES = ("cifar10", "cifar100", "stl10", "imagenet32", "tiny_imagenet", "fake", "digits")
+BACKBONE_CHOICES = ("resnet18", "resnet50", "vit_small")
+STEMS = ("auto", "cifar", "imagenet")
+#: setting names of earlier releases -> today's (deprecated; removed in the next release)
+DEPRECATED_NAMES = {
+    "epochs": "num_epochs",
+    "save_every": "save_steps",
+    "log_every": "logging_steps",
+    "keep_checkpoints": "save_total_limit",
+    "lr": "learning_rate",
+}
+
+
+@dataclass
+class VisionTrainConfig:
+    """Everything a SimCLR pretraining run depends on; saved as ``training_config.yaml`` in the run folder.
+
+    Defaults are the paper's: batch 256, Adam lr 3e-4, τ 0.5, 100 epochs, 64-dim projections.
+    """
+
+    # data and model
+    dataset: str = "cifar10"  # one of DATASET_CHOICES
+    backbone: str = "resnet18"  # one of BACKBONE_CHOICES
+    data_dir: str | None = None  # None: $SIMCSE_WEINCE_DATA_DIR, else ~/.cache/simcse_weince/data
+    download: bool | None = None  # None: download unless offline mode is on
+    image_size: int | None = None  # None: the data set's native size
+    stem: str = "auto"  # ResNet stem: auto (CIFAR stem up to 32 px), cifar, imagenet
+    vit_layers: int | None = None  # ViT depth override (None: ViT-Small's 12)
+    projection_dim: int = 64
+    train_size: int | None = None  # use a fixed random subset of the pretraining images
+    # loss
+    loss: str = "weince"  # weince | infonce (plain NT-Xent, the paper's baseline)
+    temperature: float = 0.5
+    weince: WeinceConfig = field(default_factory=WeinceConfig)
+    extra_terms: bool = False  # the authors' top-M terms (spec section 7); off by default
+    # optimisation
+    batch_size: int = 256  # global batch: split over processes, gathered back for the loss
+    learning_rate: float = 3e-4
+    weight_decay: float = 0.0
+    num_epochs: int = 100
+    max_steps: int | None = None  # stop after this many optimizer steps
+    mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16
+    cpu: bool = False  # force the CPU even when an accelerator is present
+    num_workers: int = 0
+    seed: int = 0
+    # checkpoints and logging
+    save_steps: int | None = None  # checkpoint every N steps; None: at the end of every epoch (and always at the end)
+    save_total_limit: int = 2  # step checkpoints kept, >= 1
+    logging_steps: int = 10
+    report_to: tuple[str, ...] = ("csv", "tensorboard")
+    output_dir: str = "runs/vision"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weince, dict):
+            self.weince = WeinceConfig(**self.weince)
+        self.report_to = tuple(self.report_to)
+        self.validate()
+
+    def validate(self) -> None:
+        from simcse_weince.validation import check_field_types
+
+        check_field_types(self)  # num_epochs="10" -> TypeError naming the field
+        for name, choices in (
+            ("loss", LOSSES),
+            ("dataset", DATASET_CHOICES),
+            ("backbone", BACKBONE_CHOICES),
+            ("stem", STEMS),
+            ("mixed_precision", MIXED_PRECISION),
+        ):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {choices}")
+        for name in ("num_epochs", "batch_size", "projection_dim", "logging_steps", "save_total_limit"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.batch_size < 2:
+            raise ValueError(
+                f"batch_size must be >= 2 (the other images of the batch are the negatives), got {self.batch_size}"
+            )
+        for name in ("max_steps", "image_size", "vit_layers", "train_size", "save_steps"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (or None), got {getattr(self, name)}")
+        # options that would be silently ignored by this combination are refused
+        if self.vit_layers is not None and not self.backbone.startswith("vit"):
+            raise ValueError(f"vit_layers applies to ViT backbones only, not {self.backbone!r}; leave it unset")
+        if self.stem != "auto" and self.backbone.startswith("vit"):
+            raise ValueError(f"stem applies to ResNet backbones only, not {self.backbone!r}; leave it at 'auto'")
+        for name in ("weight_decay", "num_workers", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("temperature", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.output_dir.strip():
+            raise ValueError("output_dir is empty")
+        unknown = [name for name in self.report_to if name not in REPORT_TO]
+        if unknown:
+            raise ValueError(f"unknown report_to {unknown}; supported: {', '.join(REPORT_TO)}")
+
+    def to_dict(self) -> dict:
+        values = dataclasses.asdict(self)
+        values["report_to"] = list(self.report_to)
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict) -> VisionTrainConfig:
+        """A config from saved settings, reading the names of earlier releases too."""
+        from simcse_weince.config import apply_overrides
+
+        return apply_overrides(cls(), dict(values), DEPRECATED_NAMES)

@@ -1,0 +1,76 @@
+"""The hyper-parameters of WEINCE's mixing weight, importable without torch (the CLIs build their flags from
+it, and ``simcse-weince --help`` must not wait for torch). :mod:`simcse_weince.weince` re-exports it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+GATES = ("both", "rho", "aic")
+
+
+@dataclass
+class WeinceConfig:
+    """Hyper-parameters of the WEINCE mixing weight (spec sections 3-5). No trainable parameters.
+
+    Args:
+        quantile: q, the batch quantile of the hardness rho_i that sets the reference rho_0.
+        aic_margin: m, the Delta-AIC (Gumbel minus Weibull) at which the AIC gate is one half.
+        kappa_rho: slope of the hardness sigmoid.
+        kappa_aic: slope of the Delta-AIC sigmoid.
+        tail_fraction: share of each anchor's negatives that form its tail.
+        min_tail_points: at least this many tail points (when the anchor has that many negatives).
+        beta: ``"estimated"`` (the paper: per-anchor Weibull slope, clamped to [beta_min, beta_max]) or a
+            positive float (``1.0`` is the authors' released code).
+        beta_min, beta_max: clamp of the estimated beta.
+        gate: ``"both"`` (lambda = lambda_rho * lambda_aic), ``"rho"`` or ``"aic"``.
+        eps: shortfalls are floored at eps, so a negative at cosine 1 gives ``-log(eps)`` and not inf.
+    """
+
+    quantile: float = 0.2
+    aic_margin: float = 2.0
+    kappa_rho: float = 10.0
+    kappa_aic: float = 1.0
+    tail_fraction: float = 0.10
+    min_tail_points: int = 32
+    beta: float | Literal["estimated"] = "estimated"
+    beta_min: float = 0.5
+    beta_max: float = 16.0
+    gate: Literal["both", "rho", "aic"] = "both"
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        from simcse_weince.validation import check_field_types
+
+        check_field_types(self)  # quantile="0.3" -> TypeError naming the field, before any comparison
+        if isinstance(self.beta, str):
+            if self.beta != "estimated":
+                raise ValueError(f"beta must be 'estimated' or a positive number, got {self.beta!r}")
+        elif isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)):
+            raise TypeError(f"beta must be 'estimated' or a positive number, got {type(self.beta).__name__}")
+        elif not (self.beta > 0 and math.isfinite(self.beta)):
+            raise ValueError(f"beta must be > 0 (or 'estimated'), got {self.beta}")
+        if self.gate not in GATES:
+            raise ValueError(f"unknown gate {self.gate!r}; expected one of {GATES}")
+        if not 0.0 <= self.quantile <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {self.quantile}")
+        if not 0.0 < self.tail_fraction <= 1.0:
+            raise ValueError(f"tail_fraction must be in (0, 1], got {self.tail_fraction}")
+        if int(self.min_tail_points) != self.min_tail_points or self.min_tail_points < 1:
+            raise ValueError(f"min_tail_points must be a positive integer, got {self.min_tail_points}")
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+        if not 0.0 < self.beta_min <= self.beta_max:
+            raise ValueError(f"need 0 < beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
+        for name in ("kappa_rho", "kappa_aic", "aic_margin"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite")
+
+    @classmethod
+    def reference(cls, **overrides) -> WeinceConfig:
+        """The authors' released ``tlambda_select`` path: a fixed shortfall exponent beta = 1."""
+        return cls(**{"beta": 1.0, **overrides})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
