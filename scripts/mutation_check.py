@@ -78,12 +78,12 @@ MUTATIONS = (
     ),
     Mutation(
         "core: share of lambda > 0.5 counts lambda = 0.5", CORE,
-        (('"lambda_above_half": (weight > 0.5)', '"lambda_above_half": (weight >= 0.5)'),),
+        (("        (weight > 0.5).float().mean(),", "        (weight >= 0.5).float().mean(),"),),
         HAND, "summarize_statistics values were never checked",
     ),
     Mutation(
         "core: mean beta reported instead of mean beta-hat", CORE,
-        (('"beta_hat_mean": stats["beta_hat"].mean()', '"beta_hat_mean": stats["beta"].mean()'),),
+        (('        stats["beta_hat"].mean(),\n', '        stats["beta"].mean(),\n'),),
         HAND, "summarize_statistics values were never checked",
     ),
     # ---- the sentence-transformers losses
