@@ -176,12 +176,19 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_flags(parser: argparse.ArgumentParser, cls, title: str, aliases: dict[str, str] | None = None) -> None:
+def add_config_flags(
+    parser: argparse.ArgumentParser,
+    cls,
+    title: str,
+    aliases: dict[str, str] | None = None,
+    choices: dict[str, tuple] | None = None,
+) -> None:
     """One flag per field of ``cls`` and of :class:`WeinceConfig` (``--quantile`` = ``--weince.quantile``).
 
     Values stay strings here; they are converted and checked when the config is built (:func:`apply_overrides`),
     so a flag, a config file and the Python API share one set of rules. A flag that is not given is absent from
-    the namespace (the preset or the file decides). ``aliases`` adds deprecated flag names (old -> field).
+    the namespace (the preset or the file decides). ``aliases`` adds deprecated flag names (old -> field), hidden
+    from the help; ``choices`` names the allowed values of some fields in their help.
     """
     defaults = cls().to_dict()
     hints = typing.get_type_hints(cls)
@@ -196,7 +203,8 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, title: str, aliases: 
             dest=f"set:{field.name}",
             default=argparse.SUPPRESS,
             metavar=field.name.upper(),
-            help=f"default {shown}",
+            help=(f"choices: {', '.join(map(str, choices[field.name]))}; " if field.name in (choices or {}) else "")
+            + f"default {shown}",
             **({"nargs": "?", "const": "true"} if hints[field.name] is bool else {}),
         )
     for old, new in (aliases or {}).items():  # the old name goes through apply_overrides, which warns
@@ -205,7 +213,7 @@ def add_config_flags(parser: argparse.ArgumentParser, cls, title: str, aliases: 
             dest=f"set:{old}",
             default=argparse.SUPPRESS,
             metavar=new.upper(),
-            help=f"deprecated: use {_flag(new)}",
+            help=argparse.SUPPRESS,  # deprecated: apply_overrides warns and names the new flag
             **({"nargs": "?", "const": "true"} if hints[new] is bool else {}),
         )
     loss_group = parser.add_argument_group("WEINCE settings (also --weince.NAME; defaults: WeinceConfig)")
