@@ -144,8 +144,10 @@ MUTATIONS = (
     ),
     Mutation(
         "trainers' objective: InfoNCE / NT-Xent ignores its temperature", OBJECTIVE,
-        (("infonce_loss(first_view, second_view, temperature=self.temperature, geometry=self.geometry)",
-          "infonce_loss(first_view, second_view, temperature=1.0, geometry=self.geometry)"),),
+        (("                    temperature=self.temperature,\n                    geometry=self.geometry,\n"
+          "                    hardness_strength",
+          "                    temperature=1.0,\n                    geometry=self.geometry,\n"
+          "                    hardness_strength"),),
         ("tests/test_vision_train.py", "-k", "objective_matches"), "the vision objective is the core loss",
     ),
     # ---- evaluation and diagnostics
@@ -199,6 +201,11 @@ MUTATIONS = (
         (('return _cpu_feature("_is_avx512_bf16_supported") or _cpu_feature("_is_amx_tile_supported")',
           "return True"),),
         ("tests/test_precision.py", "-k", "cpu_features"), "auto must follow the CPU's native bf16 support",
+    ),
+    Mutation(
+        "core: the hardness weighting also weighs the anchor's own hard negatives", CORE,
+        (("    return columns[None, :] != layout.rows[:, None]", "    return columns[None, :] >= 0"),),
+        ("tests/test_infonce_hardness.py",), "sentence-transformers' in_batch_negatives mode excludes them",
     ),
     # ---- the shared training core (issue 11)
     Mutation(

@@ -622,16 +622,43 @@ def _summarize_bad_weight(weight: torch.Tensor):
     return float(bad[0]) if bad.numel() else weight.tolist()
 
 
-def infonce_loss(anchors: torch.Tensor, candidates: torch.Tensor, *, temperature: float, geometry: str = "simcse"):
+def infonce_loss(
+    anchors: torch.Tensor,
+    candidates: torch.Tensor,
+    *,
+    temperature: float,
+    geometry: str = "simcse",
+    hardness_strength: float = 0.0,
+):
     """InfoNCE / NT-Xent on cosine similarities: cross-entropy of the positive among the candidates.
 
     Same geometries and inputs as :func:`weince_loss`; in the simcse geometry this is sentence-transformers'
     ``MultipleNegativesRankingLoss`` with ``scale = 1 / temperature``.
+
+    ``hardness_strength`` α > 0 adds ``α · stop_grad(s_ij)`` to the logit of every in-batch negative (not the
+    anchor's own positive or hard-negative columns), so harder negatives weigh more in the softmax (Lan et al.,
+    2025, LLaVE, eq. 5): sentence-transformers' ``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives",
+    hardness_strength=α)``, the parameter-free hard-negative weighting a user would otherwise pick. 0 (the
+    default) is plain InfoNCE.
     """
     _validate_embeddings(anchors, candidates, geometry, temperature)
+    if not (hardness_strength >= 0 and math.isfinite(hardness_strength)):
+        raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
     sims = _similarities(anchors, candidates, geometry)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
     with _autocast_off(sims.device.type):
-        loss = _cross_entropy(sims / float(temperature), layout)
+        logits = sims / float(temperature)
+        if hardness_strength:
+            logits = logits + hardness_strength * sims.detach() * _in_batch_negatives(geometry, layout, sims.shape)
+        loss = _cross_entropy(logits, layout)
     _raise_if_not_finite(loss, anchors, candidates)
     return loss
+
+
+def _in_batch_negatives(geometry: str, layout: _Layout, shape) -> torch.Tensor:
+    """A x C mask of each anchor's in-batch negatives: simcse without the anchor's own columns (its positive and
+    its hard negatives, columns i, i + A, i + 2A, ...); simclr: every negative (there are no hard negatives)."""
+    if geometry == "simclr":
+        return ~layout.not_negative
+    columns = torch.arange(shape[1], device=layout.rows.device) % shape[0]
+    return columns[None, :] != layout.rows[:, None]

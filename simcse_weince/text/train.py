@@ -93,7 +93,10 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
         unwrapped = accelerator.unwrap_model(model)
-        objective = ContrastiveObjective(config.loss, config.temperature, weince=config.weince, geometry="simcse")
+        objective = ContrastiveObjective(
+            config.loss, config.temperature, weince=config.weince, geometry="simcse",
+            hardness_strength=config.hardness_strength,
+        )  # fmt: skip
         state = new_trainer_state(
             best_step=None, best_stsb_dev_spearman=None, base_stsb_dev_spearman=None, evaluations=[]
         )

@@ -5,7 +5,8 @@ second views are its negatives. ``geometry="simclr"`` (vision): the 2N x 2N NT-X
 several processes both views are gathered with their gradient first, so the negatives and WEINCE's tail
 statistics span the global batch and every process computes the same loss. The loss is computed in float32
 with autocast off, whatever the training precision (tail statistics need it). ``extra_terms`` is an optional
-module added to the loss (the authors' top-M terms for vision, spec section 7).
+module added to the loss (the authors' top-M terms for vision, spec section 7). ``hardness_strength`` turns InfoNCE into
+sentence-transformers' hard-negative weighting (:func:`~simcse_weince.weince.infonce_loss`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class ContrastiveObjective:
         geometry: str = "simcse",
         gather: bool = True,
         extra_terms=None,
+        hardness_strength: float = 0.0,
     ):
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -42,6 +44,7 @@ class ContrastiveObjective:
         self.loss, self.temperature, self.geometry, self.gather = loss, float(temperature), geometry, gather
         self.weince = weince or WeinceConfig()
         self.extra_terms = extra_terms
+        self.hardness_strength = float(hardness_strength)  # InfoNCE's LLaVE weighting of hard negatives; 0: plain
 
     def __call__(self, first_view: torch.Tensor, second_view: torch.Tensor, *, diagnostics: bool = True):
         first_view, second_view = first_view.float(), second_view.float()
@@ -50,7 +53,13 @@ class ContrastiveObjective:
         logs: dict = {}
         with torch.autocast(device_type=first_view.device.type, enabled=False):
             if self.loss == "infonce":
-                loss = infonce_loss(first_view, second_view, temperature=self.temperature, geometry=self.geometry)
+                loss = infonce_loss(
+                    first_view,
+                    second_view,
+                    temperature=self.temperature,
+                    geometry=self.geometry,
+                    hardness_strength=self.hardness_strength,
+                )
             elif diagnostics:
                 loss, stats = weince_loss(
                     first_view,
