@@ -1,0 +1,116 @@
+"""``simcse-weince compare``: train every variant x seed and summarise the paired differences.
+
+Each variant is a set of overrides of the base config (the preset, ``--config FILE`` and the flags, as for
+``train``); each cell is an ordinary run in ``DIR/<variant>/seed-<s>``. Running the same command again skips the
+finished cells and resumes an interrupted one. Results: ``DIR/comparison.json``, ``comparison.md``,
+``comparison.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+COMPARE_EXAMPLES = """examples:
+  simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare
+  simcse-weince compare --preset paper --seeds 1,2,3,4,5 --output-dir runs/paper-compare   # every variant
+  simcse-weince compare --variants-file my_variants.yaml --losses infonce,q03 --output-dir runs/q03
+    # my_variants.yaml:  q03: {loss: weince, weince: {quantile: 0.3}}
+"""
+
+
+def register(subparsers) -> None:
+    from simcse_weince.config import LOSSES, REPORT_TO, add_config_flags
+    from simcse_weince.poolers import TRAINING_POOLERS
+    from simcse_weince.precision import MIXED_PRECISION
+    from simcse_weince.text.config import LR_SCHEDULERS, PRESETS, STS_TASKS, TrainConfig
+
+    parser = subparsers.add_parser(
+        "compare",
+        help="train variants (losses) over several seeds and compare them, paired by seed",
+        description=__doc__,
+        epilog=COMPARE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep = parser.add_argument_group("comparison")
+    sweep.add_argument("--losses", default=None, metavar="NAMES",
+                       help="comma-separated variant names (default: every built-in variant)")  # fmt: skip
+    sweep.add_argument("--variants-file", default=None, metavar="FILE",
+                       help="YAML of extra variants: name -> settings, merged over the built-in ones")  # fmt: skip
+    sweep.add_argument(
+        "--seeds", default="1,2,3,4,5", metavar="SEEDS", help="comma-separated seeds (default 1,2,3,4,5)"
+    )
+    sweep.add_argument("--baseline", default="infonce", metavar="NAME", help="the variant compared against")
+    sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
+    sweep.add_argument("--config", metavar="FILE", help="YAML/JSON file of base settings (WEINCE ones under 'weince:')")
+    sweep.add_argument("--print-config", action="store_true", help="print the base config and the variants, and exit")
+    choices = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": MIXED_PRECISION,
+               "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO}  # fmt: skip
+    add_config_flags(parser, TrainConfig, "base settings of every run (defaults: the preset)", choices=choices)
+    for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
+        if action.dest == "set:output_dir":
+            action.required = True
+            action.metavar = "DIR"
+            action.help = "the sweep folder: DIR/<variant>/seed-<s> per run, and the comparison files"
+    parser.set_defaults(func=run_compare)
+
+
+def select_variants(args: argparse.Namespace) -> dict[str, dict]:
+    """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
+    from simcse_weince.compare import VARIANTS, load_variants
+
+    known = load_variants(args.variants_file) if args.variants_file else dict(VARIANTS)
+    if args.losses is None:
+        return known
+    names = [name.strip() for name in args.losses.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    if not names:
+        raise ValueError(f"--losses names no variant; known: {', '.join(known)}")
+    return {name: known[name] for name in names}
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must name at least one seed, each once, got {text!r}")
+    return seeds
+
+
+def build_base_config(args: argparse.Namespace):
+    """The base TrainConfig: preset < --config FILE < flags (--seed is not allowed: --seeds sets it per run)."""
+    from simcse_weince.config import apply_overrides, overrides_from_args, read_config_file
+    from simcse_weince.text.config import preset
+
+    overrides = read_config_file(args.config) if args.config else {}
+    overrides.update(overrides_from_args(args))
+    if "seed" in overrides_from_args(args):
+        raise ValueError("--seed does not apply to compare: use --seeds")
+    return apply_overrides(preset(args.preset or "paper"), overrides)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    import yaml
+
+    variants = select_variants(args)
+    seeds = parse_seeds(args.seeds)
+    base = build_base_config(args)
+    if args.baseline not in variants:
+        raise ValueError(f"the baseline {args.baseline!r} is not among the variants ({', '.join(variants)}); "
+                         f"add it to --losses or choose --baseline")  # fmt: skip
+    if args.print_config:
+        print(yaml.safe_dump({"base": base.to_dict(), "variants": variants, "seeds": seeds,
+                              "baseline": args.baseline}, sort_keys=False), end="")  # fmt: skip
+        return 0
+    from pathlib import Path
+
+    from simcse_weince.compare import compare
+
+    compare(base, variants, seeds, base.output_dir, baseline=args.baseline)
+    output_dir = Path(base.output_dir).expanduser()
+    print((output_dir / "comparison.md").read_text(encoding="utf-8"), end="")
+    print(f"comparison in {output_dir}: comparison.json, comparison.md, comparison.png")
+    return 0

@@ -1,0 +1,152 @@
+"""`simcse-weince compare`: the paired statistics against scipy, and a real (tiny) sweep that is killed and rerun."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+
+import pytest
+from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
+
+from simcse_weince.cli import main
+from simcse_weince.compare import VARIANTS, load_variants, paired_difference
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+
+# --- paired_difference ------------------------------------------------------------------------------------------
+
+
+def test_paired_difference_matches_scipy():
+    values = [81.2, 80.1, 82.7, 79.9, 81.0, 83.3]
+    baseline = [80.0, 80.5, 81.1, 79.9, 80.2, 81.0]
+    result = paired_difference(values, baseline)
+    differences = [a - b for a, b in zip(values, baseline)]
+    assert result["n"] == 6
+    assert result["mean"] == pytest.approx(sum(differences) / 6)
+    assert (result["wins"], result["ties"], result["losses"]) == (4, 1, 1)
+    interval = scipy_stats.ttest_rel(values, baseline).confidence_interval(0.95)
+    assert result["ci95"] == pytest.approx([interval.low, interval.high])
+    assert result["wilcoxon_p"] == pytest.approx(scipy_stats.wilcoxon(values, baseline).pvalue)
+
+
+def test_paired_difference_exact_wilcoxon_and_t_interval_by_hand():
+    result = paired_difference([2.0, 4.0, 6.0, 8.0, 10.0], [1.0, 2.0, 3.0, 4.0, 5.0])  # differences 1..5
+    assert result["wilcoxon_p"] == pytest.approx(2 / 32)  # all 5 positive: exact two-sided p = 2 * 0.5**5
+    half_width = scipy_stats.t.ppf(0.975, 4) * math.sqrt(2.5) / math.sqrt(5)
+    assert result["ci95"] == pytest.approx([3 - half_width, 3 + half_width])
+    assert (result["wins"], result["ties"], result["losses"]) == (5, 0, 0)
+
+
+def test_paired_difference_degenerate_cases():
+    empty = paired_difference([], [])
+    assert empty["n"] == 0 and empty["mean"] is None and empty["ci95"] is None and empty["wilcoxon_p"] is None
+    one = paired_difference([81.0], [80.0])
+    assert one["n"] == 1 and one["mean"] == 1.0 and one["ci95"] is None and one["wilcoxon_p"] is None
+    same = paired_difference([80.0, 81.0, 82.0], [80.0, 81.0, 82.0])  # every difference zero
+    assert same["ci95"] == [0.0, 0.0] and same["wilcoxon_p"] is None and same["ties"] == 3
+    single_nonzero = paired_difference([80.0, 81.0, 82.5], [80.0, 81.0, 82.0])
+    assert single_nonzero["wilcoxon_p"] is None and (single_nonzero["wins"], single_nonzero["ties"]) == (1, 2)
+    constant = paired_difference([2.0, 3.0, 4.0], [1.0, 2.0, 3.0])  # no spread: the interval is the point
+    assert constant["ci95"] == [1.0, 1.0]
+    assert constant["wilcoxon_p"] == pytest.approx(scipy_stats.wilcoxon([1.0, 1.0, 1.0]).pvalue)
+    missing = paired_difference([81.0, None, 83.0], [80.0, 80.0, None])  # a pair with a None is left out
+    assert missing["n"] == 1 and missing["mean"] == 1.0
+
+
+# --- variants and the command line --------------------------------------------------------------------------------
+
+
+def test_load_variants_merges_a_yaml_file(tmp_path):
+    path = tmp_path / "variants.yaml"
+    path.write_text("q03: {loss: weince, weince: {quantile: 0.3}}\ninfonce: {loss: infonce, temperature: 0.1}\n")
+    variants = load_variants(path)
+    assert variants["q03"] == {"loss": "weince", "weince.quantile": 0.3}
+    assert variants["infonce"] == {"loss": "infonce", "temperature": 0.1}
+    assert variants["weince"] == VARIANTS["weince"]
+
+
+def test_unknown_variant_is_one_clear_line(tmp_path, capsys):
+    assert main(["compare", "--losses", "infonce,nope", "--output-dir", str(tmp_path)]) == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "nope" in error and "known: infonce, weince" in error
+
+
+# --- a real sweep: killed after its first finished run, then the same command again ------------------------------
+
+
+def _cells(root):
+    return {(v, s): root / v / f"seed-{s}" for v in ("infonce", "weince") for s in (1, 2)}
+
+
+def test_compare_sweep_killed_and_rerun_skips_finished_runs(tmp_path, data_dir):
+    # MiniLM's STS-B evaluations take minutes per run on 2 cores; a 2-layer 32-wide BERT keeps the same code path
+    model = make_tiny_model(tmp_path / "tiny")
+    train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=200)
+    sweep = tmp_path / "sweep"
+    args = [
+        "compare", "--preset", "cpu-demo", "--losses", "infonce,weince", "--seeds", "1,2", "--max-steps", "4",
+        "--eval-steps", "2", "--final-tasks", "stsb", "--output-dir", str(sweep), "--data-dir", str(data_dir),
+        "--eval-before-training", "false", "--save-steps", "2", "--report-to", "csv", "--mixed-precision", "no",
+        "--model", str(model), "--pooler", "cls", "--train-file", str(train_file), "--batch-size", "16",
+        "--eval-max-length", "32", "--learning-rate", "1e-3",
+    ]  # fmt: skip
+    cells = _cells(sweep)
+    first, second = cells["infonce", 1], cells["infonce", 2]
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(cli_command(*args), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_for(
+                lambda: (first / "results.json").is_file() and (second / "training_config.yaml").is_file(),
+                _ProcessWithLog(process, tmp_path / "stderr.txt"),
+                what="the first run to finish and the second to start",
+            )
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=60)
+    finished = {cell: (path / "results.json").stat().st_mtime_ns for cell, path in cells.items()
+                if (path / "results.json").is_file()}  # fmt: skip
+    assert ("infonce", 1) in finished
+    assert not (sweep / "comparison.json").exists()
+
+    assert main(args) == 0
+    for cell, mtime in finished.items():  # read, not retrained
+        assert (cells[cell] / "results.json").stat().st_mtime_ns == mtime, cell
+    summary = json.loads((sweep / "comparison.json").read_text())
+    assert {(run["variant"], run["seed"]) for run in summary["runs"]} == set(cells)
+    for run in summary["runs"]:
+        assert run["stsb_test"] is not None and run["stsb_dev"] is not None and run["sts_avg"] is not None
+        results = json.loads((cells[run["variant"], run["seed"]] / "results.json").read_text())
+        assert results["config"]["seed"] == run["seed"]
+        assert [e["step"] for e in results["evaluations"]] == [2, 4]
+    weince = summary["differences"]["weince"]["stsb_test"]
+    assert weince["n"] == 2 and weince["wins"] + weince["ties"] + weince["losses"] == 2
+    assert summary["per_variant"]["infonce"]["stsb_test"]["n"] == 2
+    assert summary["wall_time_seconds"] > 0 and "git_commit" in summary
+    table = (sweep / "comparison.md").read_text()
+    assert table.startswith("| variant |") and "| weince | 2 |" in table
+    assert (sweep / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _ProcessWithLog:
+    """``wait_for`` reads a failed run's stderr from ``process.stderr``; here stderr goes to a file."""
+
+    def __init__(self, process, log_path):
+        self._process, self._log_path = process, log_path
+
+    def poll(self):
+        return self._process.poll()
+
+    @property
+    def returncode(self):
+        return self._process.returncode
+
+    @property
+    def stderr(self):
+        return open(self._log_path)  # noqa: SIM115
+
+    def kill(self):
+        self._process.kill()
