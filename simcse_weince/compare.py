@@ -351,7 +351,7 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     (output_dir / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     (output_dir / "comparison.md").write_text(format_markdown(summary), encoding="utf-8")
     plot_comparison(runs, curves, summary, output_dir / "comparison.png")
-    logger.info("comparison written to %s (comparison.json, .md, .png)", output_dir)
+    logger.debug("comparison written to %s (comparison.json, .md, .png)", output_dir)
     return summary
 
 
