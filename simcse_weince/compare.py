@@ -311,7 +311,7 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         base: the :class:`TrainConfig` every variant starts from (its ``seed`` and ``output_dir`` are replaced).
         variants: name -> overrides (``{"loss": "weince", "weince.beta": 1.0}``), e.g. a subset of :data:`VARIANTS`.
         seeds: one run per variant and seed; runs with the same seed are paired.
-        output_dir: the sweep folder; cell ``(v, s)`` is ``<output_dir>/<v>/seed-<s>``.
+        output_dir: the sweep folder; cell ``(v, s)`` is ``<output_dir>/<v>/seed-<s>``. Cells run seed by seed.
         baseline: the variant the others are compared against (must be one of ``variants``).
 
     Returns the summary written to ``comparison.json``.
@@ -329,7 +329,9 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     configs = cell_configs(base, variants, seeds, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     runs, curves = [], {}
-    progress = tqdm(configs.items(), desc="compare", unit="run", dynamic_ncols=True)
+    # seed by seed (every variant of seed 1, then of seed 2, ...): a sweep stopped early holds complete pairs
+    order = sorted(configs.items(), key=lambda cell: (seeds.index(cell[0][1]), list(variants).index(cell[0][0])))
+    progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
     for (name, seed), config in progress:
         progress.set_postfix_str(f"{name} seed {seed}")
         results = run_cell(config)
