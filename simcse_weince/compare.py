@@ -304,6 +304,63 @@ def plot_comparison(runs: list[dict], curves: dict, summary: dict, path: Path) -
     plt.close(figure)
 
 
+#: the λ statistics drawn per step (ρ0, the batch reference, is in comparison.json but not drawn)
+LAMBDA_PANELS = ("lambda_mean", "lambda_above_half", "delta_aic_mean", "beta_hat_mean")
+
+
+def seed_averaged_lambda(histories: dict[tuple[str, int], list[dict]]) -> dict[str, list[dict]]:
+    """Per variant, WEINCE's λ statistics at each step averaged over the seeds that logged that step.
+
+    ``histories``: ``(variant, seed) -> [history entries with lambda_mean, ...]`` (a run's ``results["history"]``).
+    Returns ``variant -> [{"step", "seeds", <each DIAGNOSTIC_KEYS name>: mean}, ...]``; InfoNCE runs log none and
+    are left out.
+
+    >>> seed_averaged_lambda({("w", 1): [{"step": 1, "lambda_mean": 0.2}], ("w", 2): [{"step": 1, "lambda_mean": 0.4}]})
+    {'w': [{'step': 1, 'seeds': 2, 'lambda_mean': 0.30000000000000004}]}
+    """
+    by_variant: dict[str, dict[int, list[dict]]] = {}
+    for (name, _seed), entries in histories.items():
+        for entry in entries:
+            by_variant.setdefault(name, {}).setdefault(int(entry["step"]), []).append(entry)
+    averaged = {}
+    for name, steps in by_variant.items():
+        rows = []
+        for step in sorted(steps):
+            entries = steps[step]
+            row = {"step": step, "seeds": len(entries)}
+            for key in entries[0]:
+                values = [entry[key] for entry in entries if isinstance(entry.get(key), (int, float))]
+                if key not in ("step", "learning_rate", "train_seconds", "loss") and values:
+                    row[key] = sum(values) / len(values)
+            rows.append(row)
+        averaged[name] = rows
+    return averaged
+
+
+def plot_lambda_over_training(lambda_curves: dict[str, list[dict]], path: Path) -> None:
+    """Mean λ, share of λ > ½, mean ΔAIC and mean β̂ per step, averaged over seeds, one line per WEINCE variant:
+    what the mixing weight did, so that a result can be explained and not only stated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = {"lambda_mean": "mean λ", "lambda_above_half": "share of λ > ½", "delta_aic_mean": "mean ΔAIC",
+              "beta_hat_mean": "mean β̂"}  # fmt: skip
+    figure, axes = plt.subplots(1, len(LAMBDA_PANELS), figsize=(4 * len(LAMBDA_PANELS), 3.2))
+    for axis, key in zip(axes, LAMBDA_PANELS):
+        for name, rows in lambda_curves.items():
+            points = [(row["step"], row[key]) for row in rows if key in row]
+            if points:
+                axis.plot(*zip(*points), lw=1.2, label=name)
+        axis.set(title=titles[key], xlabel="training step")
+    axes[0].legend(fontsize=8)
+    figure.suptitle("WEINCE's mixing weight during training (mean over seeds)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, baseline: str = "infonce") -> dict:
     """Train (or read, or resume) every variant x seed cell and write comparison.json, .md and .png.
 
@@ -328,7 +385,7 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     output_dir = Path(output_dir).expanduser()
     configs = cell_configs(base, variants, seeds, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    runs, curves = [], {}
+    runs, curves, lambda_histories = [], {}, {}
     # seed by seed (every variant of seed 1, then of seed 2, ...): a sweep stopped early holds complete pairs
     order = sorted(configs.items(), key=lambda cell: (seeds.index(cell[0][1]), list(variants).index(cell[0][0])))
     progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
@@ -337,6 +394,7 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         results = run_cell(config)
         runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir), **run_metrics(results)})
         curves[name, seed] = results.get("evaluations") or []
+        lambda_histories[name, seed] = [entry for entry in results.get("history", []) if "lambda_mean" in entry]
     progress.close()
     summary = {
         "baseline": baseline,
@@ -350,11 +408,14 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         "wall_time_seconds": time.perf_counter() - start,
     }
     summary["curves"] = {f"{name}/seed-{seed}": points for (name, seed), points in curves.items()}
+    summary["lambda_curves"] = seed_averaged_lambda(lambda_histories)
     (output_dir / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     (output_dir / "comparison.md").write_text(format_markdown(summary), encoding="utf-8")
     plot_comparison(runs, curves, summary, output_dir / "comparison.png")
+    if summary["lambda_curves"]:  # the WEINCE variants: what λ did, averaged over seeds
+        plot_lambda_over_training(summary["lambda_curves"], output_dir / "comparison_lambda.png")
     logger.debug("comparison written to %s (comparison.json, .md, .png)", output_dir)
     return summary
 
 
-__all__ = ["VARIANTS", "compare", "load_variants", "paired_difference"]
+__all__ = ["VARIANTS", "compare", "load_variants", "paired_difference", "seed_averaged_lambda"]

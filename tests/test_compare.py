@@ -129,6 +129,13 @@ def test_compare_sweep_killed_and_rerun_skips_finished_runs(tmp_path, data_dir):
     table = (sweep / "comparison.md").read_text()
     assert table.startswith("| variant |") and "| weince | 2 |" in table
     assert (sweep / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the λ statistics of the WEINCE cells, averaged over the two seeds at each of the 4 steps; none for InfoNCE
+    assert set(summary["lambda_curves"]) == {"weince"}
+    assert [row["step"] for row in summary["lambda_curves"]["weince"]] == [1, 2, 3, 4]
+    histories = [json.loads((cells["weince", seed] / "results.json").read_text())["history"] for seed in (1, 2)]
+    expected = (histories[0][2]["lambda_mean"] + histories[1][2]["lambda_mean"]) / 2
+    assert summary["lambda_curves"]["weince"][2]["lambda_mean"] == pytest.approx(expected, rel=1e-12)
+    assert (sweep / "comparison_lambda.png").stat().st_size > 5_000
 
 
 class _ProcessWithLog:
@@ -150,3 +157,21 @@ class _ProcessWithLog:
 
     def kill(self):
         self._process.kill()
+
+
+def test_seed_averaged_lambda_averages_each_step_over_the_seeds_that_logged_it(tmp_path):
+    from simcse_weince.compare import plot_lambda_over_training, seed_averaged_lambda
+
+    histories = {
+        ("weince", 1): [{"step": 1, "loss": 2.0, "lambda_mean": 0.2, "beta_hat_mean": 3.0},
+                        {"step": 2, "loss": 1.0, "lambda_mean": 0.4, "beta_hat_mean": 5.0}],
+        ("weince", 2): [{"step": 1, "loss": 2.5, "lambda_mean": 0.6, "beta_hat_mean": 1.0}],
+        ("infonce", 1): [],
+    }  # fmt: skip
+    averaged = seed_averaged_lambda(histories)
+    assert set(averaged) == {"weince"}
+    first, second = averaged["weince"]
+    assert first == {"step": 1, "seeds": 2, "lambda_mean": pytest.approx(0.4), "beta_hat_mean": pytest.approx(2.0)}
+    assert second == {"step": 2, "seeds": 1, "lambda_mean": 0.4, "beta_hat_mean": 5.0}  # loss is not a λ statistic
+    plot_lambda_over_training(averaged, tmp_path / "lambda.png")
+    assert (tmp_path / "lambda.png").read_bytes()[:4] == b"\x89PNG"
