@@ -19,10 +19,8 @@ COMPARE_EXAMPLES = """examples:
 
 
 def register(subparsers) -> None:
-    from simcse_weince.config import LOSSES, REPORT_TO, add_config_flags
-    from simcse_weince.poolers import TRAINING_POOLERS
-    from simcse_weince.precision import MIXED_PRECISION
-    from simcse_weince.text.config import LR_SCHEDULERS, PRESETS, STS_TASKS, TrainConfig
+    from simcse_weince.config import add_config_flags
+    from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig
 
     parser = subparsers.add_parser(
         "compare",
@@ -43,9 +41,7 @@ def register(subparsers) -> None:
     sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
     sweep.add_argument("--config", metavar="FILE", help="YAML/JSON file of base settings (WEINCE ones under 'weince:')")
     sweep.add_argument("--print-config", action="store_true", help="print the base config and the variants, and exit")
-    choices = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": MIXED_PRECISION,
-               "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO}  # fmt: skip
-    add_config_flags(parser, TrainConfig, "base settings of every run (defaults: the preset)", choices=choices)
+    add_config_flags(parser, TrainConfig, "base settings of every run (defaults: the preset)", choices=FIELD_CHOICES)
     for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
         if action.dest == "set:output_dir":
             action.required = True
@@ -85,10 +81,10 @@ def build_base_config(args: argparse.Namespace):
     from simcse_weince.config import apply_overrides, overrides_from_args, read_config_file
     from simcse_weince.text.config import preset
 
-    overrides = read_config_file(args.config) if args.config else {}
-    overrides.update(overrides_from_args(args))
-    if "seed" in overrides_from_args(args):
+    flags = overrides_from_args(args)
+    if "seed" in flags:
         raise ValueError("--seed does not apply to compare: use --seeds")
+    overrides = {**(read_config_file(args.config) if args.config else {}), **flags}
     return apply_overrides(preset(args.preset or "paper"), overrides)
 
 

@@ -8,13 +8,20 @@ from sentence_transformers.base.losses.merged_forward import embed_columns as _e
 from torch import Tensor, nn
 
 from simcse_weince.distributed import gather_with_grad
-from simcse_weince.weince import DIAGNOSTIC_KEYS, raise_non_finite
+from simcse_weince.weince import DIAGNOSTIC_KEYS, WeinceConfig, raise_non_finite
 
 
 def check_temperature(temperature) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
     return float(temperature)
+
+
+def check_config(config) -> WeinceConfig:
+    """The loss's WeinceConfig (the paper's defaults for None); anything else is refused by name."""
+    if config is not None and not isinstance(config, WeinceConfig):
+        raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
+    return config or WeinceConfig()
 
 
 def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) -> list[Tensor]:

@@ -7,7 +7,13 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from simcse_weince.losses._columns import anchors_and_candidates, check_temperature, embed_columns, read_diagnostics
+from simcse_weince.losses._columns import (
+    anchors_and_candidates,
+    check_config,
+    check_temperature,
+    embed_columns,
+    read_diagnostics,
+)
 from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
 
 SIMCSE_CITATION = """
@@ -92,10 +98,8 @@ class InfoNCELoss(nn.Module):
         """
         super().__init__()
         self.temperature = check_temperature(temperature)
-        if config is not None and not isinstance(config, WeinceConfig):
-            raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
         self.model = model
-        self.config = config or WeinceConfig()
+        self.config = check_config(config)
         self.gather_across_devices = gather_across_devices
         self.track_statistics = track_statistics
         self._last_summary: dict[str, Tensor] | None = None

@@ -7,7 +7,13 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from simcse_weince.losses._columns import anchors_and_candidates, check_temperature, embed_columns, read_diagnostics
+from simcse_weince.losses._columns import (
+    anchors_and_candidates,
+    check_config,
+    check_temperature,
+    embed_columns,
+    read_diagnostics,
+)
 from simcse_weince.weince import WeinceConfig, summarize_statistics, weince_loss
 
 WEINCE_CITATION = """
@@ -100,10 +106,8 @@ class WeinceLoss(nn.Module):
         """
         super().__init__()
         self.temperature = check_temperature(temperature)
-        if config is not None and not isinstance(config, WeinceConfig):
-            raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
         self.model = model
-        self.config = config or WeinceConfig()
+        self.config = check_config(config)
         self.gather_across_devices = gather_across_devices
         self._last_summary: dict[str, Tensor] | None = None
         self._last_check: tuple[Tensor, Tensor, Tensor] | None = None

@@ -37,15 +37,11 @@ def register(subparsers) -> None:
         choices=list(PRESETS),
         help="paper (default: BERT-base on wiki1m), cpu-demo (MiniLM, mean pooling) or cpu-cls (MiniLM, SimCSE's cls)",
     )
-    from simcse_weince.config import LOSSES, REPORT_TO, add_config_flags
-    from simcse_weince.poolers import TRAINING_POOLERS
-    from simcse_weince.precision import MIXED_PRECISION
-    from simcse_weince.text.config import LR_SCHEDULERS, STS_TASKS, TrainConfig
+    from simcse_weince.config import add_config_flags
+    from simcse_weince.text.config import FIELD_CHOICES, TrainConfig
 
-    choices = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": MIXED_PRECISION,
-               "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO}  # fmt: skip
     title = "training settings (defaults: the preset; the paper's are shown)"
-    add_config_flags(train_parser, TrainConfig, title, choices=choices)
+    add_config_flags(train_parser, TrainConfig, title, choices=FIELD_CHOICES)
     train_parser.set_defaults(func=run_train)
 
     push_parser = subparsers.add_parser(

@@ -20,6 +20,10 @@ LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "cons
                  "inverse_sqrt")  # fmt: skip
 STS_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 
+#: the allowed values of TrainConfig's choice fields (named in the CLI help; checked by validate())
+FIELD_CHOICES = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": MIXED_PRECISION,
+                 "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO}  # fmt: skip
+
 
 @dataclass
 class TrainConfig:

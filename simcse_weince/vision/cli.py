@@ -45,13 +45,10 @@ def register(subparsers) -> None:
     run.add_argument(
         "--no-download", dest="set:download", action="store_const", const="false", help="same as --download false"
     )
-    from simcse_weince.config import LOSSES, REPORT_TO, add_config_flags
-    from simcse_weince.precision import MIXED_PRECISION
-    from simcse_weince.vision.config import BACKBONE_CHOICES, DEPRECATED_NAMES, STEMS, VisionTrainConfig
+    from simcse_weince.config import add_config_flags
+    from simcse_weince.vision.config import DEPRECATED_NAMES, FIELD_CHOICES, VisionTrainConfig
 
-    choices = {"dataset": DATASET_CHOICES, "backbone": BACKBONE_CHOICES, "stem": STEMS, "loss": LOSSES,
-               "mixed_precision": MIXED_PRECISION, "report_to": REPORT_TO}  # fmt: skip
-    add_config_flags(train, VisionTrainConfig, "training settings", DEPRECATED_NAMES, choices)
+    add_config_flags(train, VisionTrainConfig, "training settings", DEPRECATED_NAMES, FIELD_CHOICES)
     train.set_defaults(func=run_train)
 
     evaluate = commands.add_parser("eval", help="linear probe and kNN of a checkpoint's frozen backbone")

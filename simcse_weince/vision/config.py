@@ -18,6 +18,9 @@ from simcse_weince.weince_config import WeinceConfig
 DATASET_CHOICES = ("cifar10", "cifar100", "stl10", "imagenet32", "tiny_imagenet", "fake", "digits")
 BACKBONE_CHOICES = ("resnet18", "resnet50", "vit_small")
 STEMS = ("auto", "cifar", "imagenet")
+#: the allowed values of VisionTrainConfig's choice fields (named in the CLI help; checked by validate())
+FIELD_CHOICES = {"dataset": DATASET_CHOICES, "backbone": BACKBONE_CHOICES, "stem": STEMS, "loss": LOSSES,
+                 "mixed_precision": MIXED_PRECISION, "report_to": REPORT_TO}  # fmt: skip
 #: setting names of earlier releases -> today's (deprecated; removed in the next release)
 DEPRECATED_NAMES = {
     "epochs": "num_epochs",
@@ -77,13 +80,8 @@ class VisionTrainConfig:
         from simcse_weince.validation import check_field_types
 
         check_field_types(self)  # num_epochs="10" -> TypeError naming the field
-        for name, choices in (
-            ("loss", LOSSES),
-            ("dataset", DATASET_CHOICES),
-            ("backbone", BACKBONE_CHOICES),
-            ("stem", STEMS),
-            ("mixed_precision", MIXED_PRECISION),
-        ):
+        for name in ("loss", "dataset", "backbone", "stem", "mixed_precision"):
+            choices = FIELD_CHOICES[name]
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {choices}")
         for name in ("num_epochs", "batch_size", "projection_dim", "logging_steps", "save_total_limit"):
