@@ -19,6 +19,12 @@ Example::
     print(summary["differences"]["weince"]["stsb_test"])  # mean, ci95, wins/ties/losses, wilcoxon_p, n
 
 or ``simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare``.
+
+The same grid runs SimCLR pretraining when the base config is a
+:class:`~simcse_weince.vision.config.VisionTrainConfig` (``simcse-weince vision compare``): each cell is a
+``vision train`` run followed by the frozen-feature evaluation (kNN@20, kNN@1, linear probe), and the variant
+``untrained`` (``num_epochs: 0``) is the initialised backbone of the same seed, so "does training beat random
+features?" is a paired difference too.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ import logging
 import math
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config
@@ -42,13 +50,26 @@ VARIANTS: dict[str, dict] = {
     "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
 }
 
-#: the metrics compared: name in comparison.json -> how to read it from a run's results.json
-METRICS = ("stsb_dev", "stsb_test", "sts_avg")
+#: the vision variants shipped (``simcse-weince vision compare``); ``untrained`` trains 0 epochs: the seed's init
+VISION_VARIANTS: dict[str, dict] = {
+    "infonce": {"loss": "infonce"},
+    "weince": {"loss": "weince"},
+    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
+    "untrained": {"num_epochs": 0},
+}
+
+#: the text metrics compared: name in comparison.json -> label
 METRIC_LABELS = {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg (final tasks)"}
+METRICS = tuple(METRIC_LABELS)
+#: the vision metrics compared (accuracy x100 on the test split, frozen backbone)
+VISION_METRIC_LABELS = {"knn@20": "kNN@20", "knn@1": "kNN@1", "linear_probe": "linear probe"}
+#: the k of the vision cells' kNN evaluation (the compared ones and k=5, for the record)
+VISION_KNN_KS = (1, 5, 20)
 
 
-def load_variants(path) -> dict[str, dict]:
-    """:data:`VARIANTS` with the variants of a YAML/JSON file (``name: {setting: value}``) merged over them.
+def load_variants(path, builtins: dict[str, dict] | None = None) -> dict[str, dict]:
+    """``builtins`` (default :data:`VARIANTS`) with the variants of a YAML/JSON file (``name: {setting: value}``)
+    merged over them.
 
     Example: a file holding ``q03: {loss: weince, weince: {quantile: 0.3}}`` adds the variant ``q03``.
     """
@@ -65,7 +86,8 @@ def load_variants(path) -> dict[str, dict]:
         raise ValueError(f"variants file {path} must map each variant name to a mapping of settings")
     from simcse_weince.config import flatten_overrides
 
-    return {**VARIANTS, **{str(name): flatten_overrides(overrides) for name, overrides in values.items()}}
+    extra = {str(name): flatten_overrides(overrides) for name, overrides in values.items()}
+    return {**(VARIANTS if builtins is None else builtins), **extra}
 
 
 def cell_dir(output_dir, variant: str, seed: int) -> Path:
@@ -88,41 +110,125 @@ def cell_configs(base, variants: dict[str, dict], seeds: list[int], output_dir) 
     return configs
 
 
-def run_cell(config) -> dict:
-    """Train one cell, or read / resume it: results.json -> read; training_config.yaml -> resume; else fresh."""
-    folder = Path(config.output_dir)
-    saved = folder / CONFIG_FILE
-    if saved.is_file():  # a rerun must not silently mix settings: the folder must hold this very cell
-        changed = changed_settings(config, load_config(type(config), saved))
-        if changed:
-            raise ValueError(
-                f"{folder} holds a run with other settings ({', '.join(changed)}); use another output directory"
-            )
+def _read_finished(folder: Path) -> dict | None:
+    """A cell's results.json, or None when the cell has not finished (a half-written file counts as not)."""
     results_file = folder / "results.json"
-    if results_file.is_file():
-        try:
-            results = json.loads(results_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:  # killed while writing it: finish the run again from its last checkpoint
-            logger.warning("%s is unreadable; resuming the run", results_file)
-        else:
-            logger.info("%s is finished; reading its results", folder)
-            return results
+    if not results_file.is_file():
+        return None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:  # killed while writing it: finish the run again from its last checkpoint
+        logger.warning("%s is unreadable; resuming the run", results_file)
+        return None
+    logger.info("%s is finished; reading its results", folder)
+    return results
+
+
+def _check_same_cell(config) -> bool:
+    """True when the folder already holds this very cell (a rerun must not silently mix settings)."""
+    saved = Path(config.output_dir) / CONFIG_FILE
+    if not saved.is_file():
+        return False
+    changed = changed_settings(config, load_config(type(config), saved))
+    if changed:
+        raise ValueError(
+            f"{config.output_dir} holds a run with other settings ({', '.join(changed)}); use another output directory"
+        )
+    return True
+
+
+def run_cell(config) -> dict:
+    """Train one text cell, or read / resume it: results.json -> read; training_config.yaml -> resume; else fresh."""
+    started = _check_same_cell(config)
+    results = _read_finished(Path(config.output_dir))
+    if results is not None:
+        return results
     from simcse_weince.text.train import train
 
-    if saved.is_file():
-        logger.info("%s was interrupted; resuming it", folder)
+    if started:
+        logger.info("%s was interrupted; resuming it", config.output_dir)
         return train(config, resume=True)
     return train(config)
 
 
+def run_vision_cell(config) -> dict:
+    """Pretrain one vision cell (or read / resume it, as :func:`run_cell`), then evaluate its last checkpoint.
+
+    The cell's ``results.json`` holds the config, the step, the training history (loss and λ statistics) and the
+    frozen-feature evaluation (:func:`~simcse_weince.vision.evaluate.evaluate_checkpoint`: kNN at
+    :data:`VISION_KNN_KS`, linear probe over 3 probe seeds). It is written last, atomically: a cell killed during
+    its evaluation resumes at its final checkpoint and only evaluates again.
+    """
+    started = _check_same_cell(config)
+    folder = Path(config.output_dir)
+    results = _read_finished(folder)
+    if results is not None:
+        return results
+    from simcse_weince.training.runs import read_trainer_state
+    from simcse_weince.vision.evaluate import evaluate_checkpoint
+    from simcse_weince.vision.train import train
+
+    if started:
+        logger.info("%s was interrupted; resuming it", folder)
+    run = train(config, resume=True if started else None)
+    state = read_trainer_state(Path(run["checkpoint"]))
+    evaluation = evaluate_checkpoint(run["checkpoint"], ks=VISION_KNN_KS)
+    results = {
+        "config": config.to_dict(),
+        "step": state["step"],
+        "train_time_seconds": state["train_seconds"],
+        "wall_time_seconds": state["wall_seconds"],  # training only, as in a text run's results.json
+        "history": state["history"],
+        "evaluation": evaluation,
+    }
+    staging = folder / "results.json.tmp"
+    staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    staging.replace(folder / "results.json")
+    return results
+
+
 def run_metrics(results: dict) -> dict:
-    """The compared numbers of one run's results: best STS-B dev during training, STS-B test, STS test average."""
+    """The compared numbers of one text run's results: best STS-B dev during training, STS-B test, STS avg."""
     sts_test = results.get("sts_test") or {}
     return {
         "stsb_dev": results.get("best_stsb_dev_spearman_during_training"),
         "stsb_test": results.get("stsb_test_spearman"),
         "sts_avg": sts_test.get("avg"),
     }
+
+
+def vision_run_metrics(results: dict) -> dict:
+    """The compared numbers of one vision cell, accuracy x100: kNN@20, kNN@1, linear probe (mean of probe seeds)."""
+    evaluation = results["evaluation"]
+    return {
+        "knn@20": 100 * evaluation["knn_accuracy"]["20"],
+        "knn@1": 100 * evaluation["knn_accuracy"]["1"],
+        "linear_probe": 100 * evaluation["linear_accuracy"]["mean"],
+    }
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one kind of cell runs and which of its numbers are compared."""
+
+    name: str
+    run_cell: Callable[[object], dict]  # config -> the cell's results (trained, resumed or read)
+    read_metrics: Callable[[dict], dict]  # results -> {metric: value}
+    metric_labels: dict[str, str]  # the compared metrics, in table order
+    deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
+    dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
+
+
+TEXT_TASK = Task("text", run_cell, run_metrics, METRIC_LABELS, ("stsb_test",), "stsb_dev_spearman")
+VISION_TASK = Task("vision", run_vision_cell, vision_run_metrics, VISION_METRIC_LABELS, ("knn@20", "linear_probe"),
+                   None)  # fmt: skip
+
+
+def task_for(config) -> Task:
+    """The task of a base config: text for a TrainConfig, vision for a VisionTrainConfig."""
+    from simcse_weince.vision.config import VisionTrainConfig
+
+    return VISION_TASK if isinstance(config, VisionTrainConfig) else TEXT_TASK
 
 
 def mean_sd(values: list) -> dict:
@@ -179,13 +285,13 @@ def paired_difference(values, baseline_values, confidence: float = 0.95) -> dict
     return result
 
 
-def summarize(runs: list[dict], baseline: str) -> dict:
+def summarize(runs: list[dict], baseline: str, metrics=METRICS) -> dict:
     """Per-variant mean/sd of each metric and each other variant's paired differences against ``baseline``."""
     variants = list(dict.fromkeys(run["variant"] for run in runs))
     by_cell = {(run["variant"], run["seed"]): run for run in runs}
     seeds = sorted({run["seed"] for run in runs})
     per_variant = {
-        name: {metric: mean_sd([run[metric] for run in runs if run["variant"] == name]) for metric in METRICS}
+        name: {metric: mean_sd([run[metric] for run in runs if run["variant"] == name]) for metric in metrics}
         for name in variants
     }
     differences = {}
@@ -197,7 +303,7 @@ def summarize(runs: list[dict], baseline: str) -> dict:
             metric: paired_difference(
                 [by_cell[name, seed][metric] for seed in paired], [by_cell[baseline, seed][metric] for seed in paired]
             )
-            for metric in METRICS
+            for metric in metrics
         }
     return {"per_variant": per_variant, "differences": differences}
 
@@ -225,80 +331,111 @@ def _mean_sd_text(stat: dict) -> str:
 
 
 def format_markdown(summary: dict) -> str:
-    """The comparison as a markdown table (Spearman x100; differences on STS-B test, paired by seed)."""
-    baseline = summary["baseline"]
-    lines = [
-        f"| variant | n | STS-B dev | STS-B test | STS avg | Δ test vs {baseline} [95% CI] | W/T/L | Wilcoxon p |",
-        "|:--|--:|--:|--:|--:|--:|:-:|--:|",
-    ]
+    """The comparison as a markdown table: mean ± sd per metric, then each delta metric's paired difference
+    against the baseline (mean [95% t-interval], wins/ties/losses, Wilcoxon p)."""
+    baseline, labels = summary["baseline"], summary["metrics"]
+    deltas = summary.get("deltas", ["stsb_test"])
+    header = ["variant", "n", *labels.values()]
+    for metric in deltas:
+        header += [f"Δ {labels[metric]} vs {baseline} [95% CI]", "W/T/L", "Wilcoxon p"]
+    lines = ["| " + " | ".join(header) + " |", "|:--|" + "--:|" * (1 + len(labels)) + "--:|:-:|--:|" * len(deltas)]
     for name, stats in summary["per_variant"].items():
-        if name == baseline:
-            delta, wtl, p = "—", "—", "—"
-        else:
-            test = summary["differences"][name]["stsb_test"]
-            ci = test["ci95"]
-            delta = f"{test['mean']:+.2f}" if test["mean"] is not None else "n/a"
+        row = [name, str(stats[deltas[0]]["n"]), *(_mean_sd_text(stats[metric]) for metric in labels)]
+        for metric in deltas:
+            if name == baseline:
+                row += ["—", "—", "—"]
+                continue
+            difference = summary["differences"][name][metric]
+            ci = difference["ci95"]
+            delta = f"{difference['mean']:+.2f}" if difference["mean"] is not None else "n/a"
             if ci is not None:
                 delta += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
-            wtl = f"{test['wins']}/{test['ties']}/{test['losses']}"
-            p = _fmt(test["wilcoxon_p"], 3)
-        row = [name, str(stats["stsb_test"]["n"]), _mean_sd_text(stats["stsb_dev"]), _mean_sd_text(stats["stsb_test"]),
-               _mean_sd_text(stats["sts_avg"]), delta, wtl, p]  # fmt: skip
+            wtl = f"{difference['wins']}/{difference['ties']}/{difference['losses']}"
+            row += [delta, wtl, _fmt(difference["wilcoxon_p"], 3)]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
+    if summary.get("task", "text") == "text":
+        what = ("Spearman x100; STS-B dev is the best during training, STS avg the test average over the final "
+                "tasks")  # fmt: skip
+    else:
+        what = "accuracy x100 of the frozen backbone on the test split (linear probe: mean of its probe seeds)"
     lines.append(
-        f"Spearman x100, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; STS-B dev is the best during "
-        f"training, STS avg the test average over the final tasks. Δ, W/T/L (wins/ties/losses) and the Wilcoxon "
-        f"signed-rank p are paired by seed against {baseline}."
+        f"{what}. Mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; Δ, W/T/L (wins/ties/losses) and "
+        f"the Wilcoxon signed-rank p are paired by seed against {baseline}."
     )
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(runs: list[dict], curves: dict, summary: dict, path: Path) -> None:
-    """Left: mean STS-B dev curve per variant with its min–max band over seeds; right: the paired STS-B test
-    differences against the baseline, one dot per seed, with their mean."""
+def _paired_values(runs: list[dict], summary: dict, name: str, metric: str) -> list[float]:
+    """The variant's per-seed differences from the baseline on one metric (seeds where both have a value)."""
+    by_cell = {(run["variant"], run["seed"]): run for run in runs}
+    baseline = summary["baseline"]
+    return [
+        by_cell[name, seed][metric] - by_cell[baseline, seed][metric]
+        for seed in summary["seeds"]
+        if (name, seed) in by_cell and (baseline, seed) in by_cell
+        and by_cell[name, seed][metric] is not None and by_cell[baseline, seed][metric] is not None
+    ]  # fmt: skip
+
+
+def plot_comparison(runs: list[dict], curves: dict, summary: dict, path: Path, *, dev_curve=None) -> None:
+    """Left: the mean dev curve per variant with its min–max band over seeds (``dev_curve``: the evaluations'
+    key, text: STS-B dev), or without a curve each metric's mean ± sd per variant; right: the paired differences
+    of the delta metrics against the baseline, one dot per seed, with their mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
+    labels, deltas = summary["metrics"], summary.get("deltas", ["stsb_test"])
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for name in summary["per_variant"]:
-        by_step: dict[int, list[float]] = {}
-        for run in runs:
-            if run["variant"] != name:
+    if dev_curve is not None:
+        for name in summary["per_variant"]:
+            by_step: dict[int, list[float]] = {}
+            for run in runs:
+                if run["variant"] != name:
+                    continue
+                for point in curves.get((name, run["seed"]), []):
+                    if point.get(dev_curve) is not None:
+                        by_step.setdefault(point["step"], []).append(point[dev_curve])
+            if not by_step:
                 continue
-            for point in curves.get((name, run["seed"]), []):
-                if point.get("stsb_dev_spearman") is not None:
-                    by_step.setdefault(point["step"], []).append(point["stsb_dev_spearman"])
-        if not by_step:
-            continue
-        steps = sorted(by_step)
-        values = [np.array(by_step[step]) for step in steps]
-        line = left.plot(steps, [v.mean() for v in values], marker="o", label=name)[0]
-        left.fill_between(steps, [v.min() for v in values], [v.max() for v in values], alpha=0.2,
-                          color=line.get_color())  # fmt: skip
-    left.set(xlabel="step", ylabel="STS-B dev Spearman x100", title="STS-B dev (mean, min–max over seeds)")
+            steps = sorted(by_step)
+            values = [np.array(by_step[step]) for step in steps]
+            line = left.plot(steps, [v.mean() for v in values], marker="o", label=name)[0]
+            left.fill_between(steps, [v.min() for v in values], [v.max() for v in values], alpha=0.2,
+                              color=line.get_color())  # fmt: skip
+        left.set(xlabel="step", ylabel="STS-B dev Spearman x100", title="STS-B dev (mean, min–max over seeds)")
+    else:
+        names = list(summary["per_variant"])
+        for offset, metric in enumerate(labels):
+            stats = [summary["per_variant"][name][metric] for name in names]
+            positions = np.arange(len(names)) + (offset - (len(labels) - 1) / 2) * 0.2
+            means = [np.nan if s["mean"] is None else s["mean"] for s in stats]
+            spreads = [0.0 if s["sd"] is None else s["sd"] for s in stats]
+            left.errorbar(positions, means, yerr=spreads, fmt="o", capsize=3, label=labels[metric])
+        left.set_xticks(range(len(names)), names)
+        left.set(ylabel="accuracy x100", title="mean ± sd over seeds")
     if left.get_legend_handles_labels()[0]:
         left.legend()
 
-    baseline, names = summary["baseline"], list(summary["differences"])
-    by_cell = {(run["variant"], run["seed"]): run for run in runs}
-    for position, name in enumerate(names):
-        diffs = [
-            by_cell[name, seed]["stsb_test"] - by_cell[baseline, seed]["stsb_test"]
-            for seed in summary["seeds"]
-            if (name, seed) in by_cell and (baseline, seed) in by_cell
-            and by_cell[name, seed]["stsb_test"] is not None and by_cell[baseline, seed]["stsb_test"] is not None
-        ]  # fmt: skip
-        right.scatter([position] * len(diffs), diffs, alpha=0.7)
-        if diffs:
-            right.hlines(np.mean(diffs), position - 0.25, position + 0.25, color="black")
+    names = list(summary["differences"])
+    for offset, metric in enumerate(deltas):
+        shift = (offset - (len(deltas) - 1) / 2) * 0.25
+        for position, name in enumerate(names):
+            diffs = _paired_values(runs, summary, name, metric)
+            right.scatter([position + shift] * len(diffs), diffs, alpha=0.7, color=f"C{offset}",
+                          label=labels[metric] if position == 0 and len(deltas) > 1 else None)  # fmt: skip
+            if diffs:
+                right.hlines(np.mean(diffs), position + shift - 0.1, position + shift + 0.1, color="black")
     right.axhline(0.0, color="grey", linestyle="--", linewidth=1)
     right.set_xticks(range(len(names)), names)
     right.set_xlim(-0.75, max(len(names), 1) - 0.25)
-    right.set(ylabel=f"STS-B test − {baseline} (same seed)", title="paired differences (bar: mean)")
+    measured = labels[deltas[0]] if len(deltas) == 1 else "metric"
+    right.set(ylabel=f"{measured} − {summary['baseline']} (same seed)", title="paired differences (bar: mean)")
+    if len(deltas) > 1:
+        right.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -365,7 +502,9 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     """Train (or read, or resume) every variant x seed cell and write comparison.json, .md and .png.
 
     Args:
-        base: the :class:`TrainConfig` every variant starts from (its ``seed`` and ``output_dir`` are replaced).
+        base: the config every variant starts from (its ``seed`` and ``output_dir`` are replaced): a
+            :class:`~simcse_weince.text.config.TrainConfig` (STS metrics) or a
+            :class:`~simcse_weince.vision.config.VisionTrainConfig` (kNN and linear-probe metrics).
         variants: name -> overrides (``{"loss": "weince", "weince.beta": 1.0}``), e.g. a subset of :data:`VARIANTS`.
         seeds: one run per variant and seed; runs with the same seed are paired.
         output_dir: the sweep folder; cell ``(v, s)`` is ``<output_dir>/<v>/seed-<s>``. Cells run seed by seed.
@@ -382,40 +521,47 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {seeds}")
     start = time.perf_counter()
+    task = task_for(base)
     output_dir = Path(output_dir).expanduser()
     configs = cell_configs(base, variants, seeds, output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    runs, curves, lambda_histories = [], {}, {}
+    runs, curves, lambda_histories, cell_seconds = [], {}, {}, 0.0
     # seed by seed (every variant of seed 1, then of seed 2, ...): a sweep stopped early holds complete pairs
     order = sorted(configs.items(), key=lambda cell: (seeds.index(cell[0][1]), list(variants).index(cell[0][0])))
     progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
     for (name, seed), config in progress:
         progress.set_postfix_str(f"{name} seed {seed}")
-        results = run_cell(config)
-        runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir), **run_metrics(results)})
+        results = task.run_cell(config)
+        runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
+                     **task.read_metrics(results)})  # fmt: skip
         curves[name, seed] = results.get("evaluations") or []
         lambda_histories[name, seed] = [entry for entry in results.get("history", []) if "lambda_mean" in entry]
+        cell_seconds += results.get("wall_time_seconds") or 0.0
     progress.close()
     summary = {
+        "task": task.name,
         "baseline": baseline,
         "seeds": list(seeds),
         "variants": {name: variants[name] for name in variants},
-        "metrics": METRIC_LABELS,
+        "metrics": dict(task.metric_labels),
+        "deltas": list(task.deltas),
         "runs": runs,
-        **summarize(runs, baseline),
+        **summarize(runs, baseline, tuple(task.metric_labels)),
         "base_config": base.to_dict(),
         "git_commit": git_commit(),
         "wall_time_seconds": time.perf_counter() - start,
+        # the cells' own training wall times added up: the grid's cost, also when it ran over several calls
+        "cell_wall_time_seconds": cell_seconds,
     }
     summary["curves"] = {f"{name}/seed-{seed}": points for (name, seed), points in curves.items()}
     summary["lambda_curves"] = seed_averaged_lambda(lambda_histories)
     (output_dir / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     (output_dir / "comparison.md").write_text(format_markdown(summary), encoding="utf-8")
-    plot_comparison(runs, curves, summary, output_dir / "comparison.png")
+    plot_comparison(runs, curves, summary, output_dir / "comparison.png", dev_curve=task.dev_curve)
     if summary["lambda_curves"]:  # the WEINCE variants: what λ did, averaged over seeds
         plot_lambda_over_training(summary["lambda_curves"], output_dir / "comparison_lambda.png")
     logger.debug("comparison written to %s (comparison.json, .md, .png)", output_dir)
     return summary
 
 
-__all__ = ["VARIANTS", "compare", "load_variants", "paired_difference", "seed_averaged_lambda"]
+__all__ = ["VARIANTS", "VISION_VARIANTS", "compare", "load_variants", "paired_difference", "seed_averaged_lambda"]

@@ -1,4 +1,5 @@
-"""``simcse-weince compare``: train every variant x seed and summarise the paired differences.
+"""``simcse-weince compare`` (text) and ``simcse-weince vision compare``: train every variant x seed and
+summarise the paired differences.
 
 Each variant is a set of overrides of the base config (the preset, ``--config FILE`` and the flags, as for
 ``train``); each cell is an ordinary run in ``DIR/<variant>/seed-<s>``. Running the same command again skips the
@@ -16,10 +17,16 @@ COMPARE_EXAMPLES = """examples:
   simcse-weince compare --variants-file my_variants.yaml --losses infonce,q03 --output-dir runs/q03
     # my_variants.yaml:  q03: {loss: weince, weince: {quantile: 0.3}}
 """
+VISION_COMPARE_EXAMPLES = """examples:
+  simcse-weince vision compare --dataset digits --image-size 16 --batch-size 64 --num-epochs 30 \\
+      --losses infonce,weince,untrained --seeds 1,2,3,4,5 --output-dir runs/digits-compare
+  simcse-weince vision compare --dataset cifar10 --losses infonce,weince --output-dir runs/c10-compare   # paper
+variants: infonce, weince, weince-reference (beta 1), untrained (0 epochs: the initialised backbone of each seed)
+"""
 
 
 def register(subparsers) -> None:
-    from simcse_weince.config import add_config_flags
+    """``simcse-weince compare``: text variants over a preset."""
     from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig
 
     parser = subparsers.add_parser(
@@ -29,6 +36,27 @@ def register(subparsers) -> None:
         epilog=COMPARE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    sweep = add_sweep_flags(parser)
+    sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
+    finish_parser(parser, TrainConfig, FIELD_CHOICES, task="text")
+
+
+def register_vision(subparsers) -> None:
+    """``simcse-weince vision compare``: SimCLR variants (and the untrained backbone) over a data set."""
+    from simcse_weince.vision.config import DEPRECATED_NAMES, FIELD_CHOICES, VisionTrainConfig
+
+    parser = subparsers.add_parser(
+        "compare",
+        help="pretrain variants (losses, untrained) over several seeds; kNN and linear probe, paired by seed",
+        description=__doc__,
+        epilog=VISION_COMPARE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_sweep_flags(parser)
+    finish_parser(parser, VisionTrainConfig, FIELD_CHOICES, task="vision", aliases=DEPRECATED_NAMES)
+
+
+def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     sweep = parser.add_argument_group("comparison")
     sweep.add_argument("--losses", default=None, metavar="NAMES",
                        help="comma-separated variant names (default: every built-in variant)")  # fmt: skip
@@ -38,23 +66,29 @@ def register(subparsers) -> None:
         "--seeds", default="1,2,3,4,5", metavar="SEEDS", help="comma-separated seeds (default 1,2,3,4,5)"
     )
     sweep.add_argument("--baseline", default="infonce", metavar="NAME", help="the variant compared against")
-    sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
     sweep.add_argument("--config", metavar="FILE", help="YAML/JSON file of base settings (WEINCE ones under 'weince:')")
     sweep.add_argument("--print-config", action="store_true", help="print the base config and the variants, and exit")
-    add_config_flags(parser, TrainConfig, "base settings of every run (defaults: the preset)", choices=FIELD_CHOICES)
+    return sweep
+
+
+def finish_parser(parser, config_class, choices, *, task: str, aliases=None) -> None:
+    from simcse_weince.config import add_config_flags
+
+    add_config_flags(parser, config_class, "base settings of every run (defaults: the preset)", aliases, choices)
     for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
         if action.dest == "set:output_dir":
             action.required = True
             action.metavar = "DIR"
             action.help = "the sweep folder: DIR/<variant>/seed-<s> per run, and the comparison files"
-    parser.set_defaults(func=run_compare)
+    parser.set_defaults(func=run_compare, compare_task=task)
 
 
 def select_variants(args: argparse.Namespace) -> dict[str, dict]:
     """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
-    from simcse_weince.compare import VARIANTS, load_variants
+    from simcse_weince.compare import VARIANTS, VISION_VARIANTS, load_variants
 
-    known = load_variants(args.variants_file) if args.variants_file else dict(VARIANTS)
+    builtins = VISION_VARIANTS if getattr(args, "compare_task", "text") == "vision" else VARIANTS
+    known = load_variants(args.variants_file, builtins) if args.variants_file else dict(builtins)
     if args.losses is None:
         return known
     names = [name.strip() for name in args.losses.split(",") if name.strip()]
@@ -77,14 +111,20 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def build_base_config(args: argparse.Namespace):
-    """The base TrainConfig: preset < --config FILE < flags (--seed is not allowed: --seeds sets it per run)."""
+    """The base config: text, the preset (vision, the defaults) < --config FILE < flags (--seed is not allowed:
+    --seeds sets it per run)."""
     from simcse_weince.config import apply_overrides, overrides_from_args, read_config_file
-    from simcse_weince.text.config import preset
 
     flags = overrides_from_args(args)
     if "seed" in flags:
         raise ValueError("--seed does not apply to compare: use --seeds")
     overrides = {**(read_config_file(args.config) if args.config else {}), **flags}
+    if getattr(args, "compare_task", "text") == "vision":
+        from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+
+        return apply_overrides(VisionTrainConfig(), overrides, DEPRECATED_NAMES)
+    from simcse_weince.text.config import preset
+
     return apply_overrides(preset(args.preset or "paper"), overrides)
 
 

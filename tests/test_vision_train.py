@@ -210,3 +210,14 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     initial_weights = initial.state_dict()
     changed = [name for name, value in trained.state_dict().items() if not torch.equal(value, initial_weights[name])]
     assert any(name.startswith("backbone.layer4") for name in changed) and any("projection" in n for n in changed)
+
+
+def test_crop_scale_min_reaches_the_augmentation(tmp_path):
+    # the same seed draws the same crops' randomness; a different area range must change the views, so the loss
+    default = train(tiny(tmp_path / "a", dataset="digits", max_steps=1))
+    milder = train(tiny(tmp_path / "b", dataset="digits", max_steps=1, crop_scale_min=0.5))
+    again = train(tiny(tmp_path / "c", dataset="digits", max_steps=1, crop_scale_min=0.5))
+    assert milder["history"][0]["loss"] == again["history"][0]["loss"]
+    assert milder["history"][0]["loss"] != default["history"][0]["loss"]
+    with pytest.raises(ValueError, match=r"crop_scale_min must be in \(0, 1\]"):
+        tiny(tmp_path, crop_scale_min=0.0)

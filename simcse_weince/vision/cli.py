@@ -3,6 +3,7 @@
     simcse-weince vision train --dataset cifar10 --backbone resnet18 --loss weince --output-dir runs/c10-weince
     simcse-weince vision train ... --resume                 # continue from the run's latest checkpoint
     simcse-weince vision eval runs/c10-weince               # -> runs/c10-weince/checkpoints/step-N/results.json
+    simcse-weince vision compare --dataset digits --losses infonce,weince,untrained --output-dir runs/d-compare
 
 Multi-GPU: ``accelerate launch -m simcse_weince.cli vision train ...`` (``--batch-size`` is the global batch).
 Only argparse is imported here; torch and torchvision load when a command runs.
@@ -28,7 +29,7 @@ def register(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = vision.add_subparsers(dest="vision_command", metavar="{train,eval}")
+    commands = vision.add_subparsers(dest="vision_command", metavar="{train,eval,compare}")
     vision.set_defaults(func=lambda args: vision.print_help() or 2)
 
     train = commands.add_parser(
@@ -66,6 +67,10 @@ def register(subparsers) -> None:
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--output", default=None, help="results.json path (default: in the checkpoint folder)")
     evaluate.set_defaults(func=run_eval)
+
+    from simcse_weince.compare_cli import register_vision
+
+    register_vision(commands)
 
 
 def build_config(args):

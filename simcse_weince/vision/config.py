@@ -48,6 +48,7 @@ class VisionTrainConfig:
     vit_layers: int | None = None  # ViT depth override (None: ViT-Small's 12)
     projection_dim: int = 64
     train_size: int | None = None  # use a fixed random subset of the pretraining images
+    crop_scale_min: float = 0.08  # RandomResizedCrop's smallest area share (SimCLR's 0.08; 0.5 is milder)
     # loss
     loss: str = "weince"  # weince | infonce (plain NT-Xent, the paper's baseline)
     temperature: float = 0.5
@@ -57,7 +58,7 @@ class VisionTrainConfig:
     batch_size: int = 256  # global batch: split over processes, gathered back for the loss
     learning_rate: float = 3e-4
     weight_decay: float = 0.0
-    num_epochs: int = 100
+    num_epochs: int = 100  # 0: no training, the run's checkpoint is the seed's initialised model
     max_steps: int | None = None  # stop after this many optimizer steps
     mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16
     cpu: bool = False  # force the CPU even when an accelerator is present
@@ -84,9 +85,11 @@ class VisionTrainConfig:
             choices = FIELD_CHOICES[name]
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {choices}")
-        for name in ("num_epochs", "batch_size", "projection_dim", "logging_steps", "save_total_limit"):
+        for name in ("batch_size", "projection_dim", "logging_steps", "save_total_limit"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_epochs < 0:  # 0 trains nothing: the checkpoint is the seed's initialised model (a reference)
+            raise ValueError(f"num_epochs must be >= 0 (0: the untrained model), got {self.num_epochs}")
         if self.batch_size < 2:
             raise ValueError(
                 f"batch_size must be >= 2 (the other images of the batch are the negatives), got {self.batch_size}"
@@ -102,6 +105,8 @@ class VisionTrainConfig:
         for name in ("weight_decay", "num_workers", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 < self.crop_scale_min <= 1.0:
+            raise ValueError(f"crop_scale_min must be in (0, 1] (a share of the area), got {self.crop_scale_min}")
         for name in ("temperature", "learning_rate"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

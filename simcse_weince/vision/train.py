@@ -86,7 +86,8 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
         set_seed(config.seed)
         spec = dataset_spec(config.dataset)
         image_size = config.image_size or spec.image_size
-        views = TwoViews(simclr_augmentation(image_size, mean=spec.mean, std=spec.std))
+        views = TwoViews(simclr_augmentation(image_size, mean=spec.mean, std=spec.std,
+                                             crop_scale=(config.crop_scale_min, 1.0)))  # fmt: skip
         dataset = load_image_dataset(
             config.dataset, "pretrain", transform=views, data_dir=config.data_dir, image_size=image_size,
             download=config.download, limit=config.train_size, seed=config.seed,
