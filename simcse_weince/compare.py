@@ -129,7 +129,8 @@ def _check_same_cell(config) -> bool:
     saved = Path(config.output_dir) / CONFIG_FILE
     if not saved.is_file():
         return False
-    changed = changed_settings(config, load_config(type(config), saved))
+    # output_dir may differ: a sweep folder that was moved, or restored from an archive, holds the same cells
+    changed = [name for name in changed_settings(config, load_config(type(config), saved)) if name != "output_dir"]
     if changed:
         raise ValueError(
             f"{config.output_dir} holds a run with other settings ({', '.join(changed)}); use another output directory"

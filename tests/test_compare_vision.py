@@ -86,6 +86,25 @@ def test_vision_compare_cli_runs_pairs_and_rereads(tmp_path):
     assert again["evaluation"]["knn_accuracy"] == cells["weince", 2]["evaluation"]["knn_accuracy"]
     assert next((cell / "checkpoints").rglob("trainer_state.json")).read_text() == state_before
 
+    # archived (results.json + training_config.yaml per cell) and restored elsewhere: the grid is read, not rerun
+    import subprocess
+    import sys
+
+    from train_helpers import REPO_ROOT
+
+    archive, restored = tmp_path / "archive", tmp_path / "restored"
+    for source, destination in ((sweep, archive), (archive, restored)):
+        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "archive_study.py"), str(source), str(destination)],
+                       check=True, capture_output=True)  # fmt: skip
+    assert not list(archive.rglob("*.safetensors")) and not list(archive.rglob("checkpoints"))
+    assert main([*args[:-1], str(restored)]) == 0
+    assert not list(restored.rglob("checkpoints"))  # nothing trained
+    assert json.loads((restored / "comparison.json").read_text())["differences"] == differences_of(sweep)
+
+
+def differences_of(sweep):
+    return json.loads((sweep / "comparison.json").read_text())["differences"]
+
 
 def test_untrained_variant_is_the_initialisation_of_the_trained_cells_of_its_seed(tmp_path):
     # One Adam step at lr 1e-9 moves each weight by about 1e-9: the trained cell's weights must equal the
