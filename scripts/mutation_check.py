@@ -228,6 +228,23 @@ MUTATIONS = (
         (("            key = aliases[key]\n", "            pass\n"),),
         ("tests/test_vision_resume.py", "-k", "old_names"), "--epochs must still set num_epochs for one release",
     ),
+    # ---- comparisons (issue 10)
+    Mutation(
+        "compare: runs paired across different seeds", "simcse_weince/compare.py",
+        (("[by_cell[baseline, seed][metric] for seed in paired]", "[by_cell[baseline, seed][metric] for seed in paired[::-1]]"),),  # noqa: E501
+        ("tests/test_compare_vision.py", "-k", "cli_runs"), "a paired difference compares runs of the same seed",
+    ),
+    Mutation(
+        "vision compare: a finished cell is trained again", "simcse_weince/compare.py",
+        (("    results = _read_finished(folder)\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
+          "    results = None\n    if results is not None:\n        return results\n    from simcse_weince.training.runs"),),  # noqa: E501
+        ("tests/test_compare_vision.py", "-k", "cli_runs"), "a rerun of a sweep must train only the missing cells",
+    ),
+    Mutation(
+        "vision trainer: crop_scale_min does not reach the augmentation", VISION_TRAIN,
+        (("crop_scale=(config.crop_scale_min, 1.0)", "crop_scale=(0.08, 1.0)"),),
+        ("tests/test_vision_train.py", "-k", "crop_scale"), "the protocol's milder augmentation is this setting",
+    ),
     # ---- distributed
     Mutation(
         "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",

@@ -64,7 +64,13 @@ def test_vision_compare_cli_runs_pairs_and_rereads(tmp_path):
             - next(r[metric] for r in summary["runs"] if r["variant"] == "infonce" and r["seed"] == seed)
             for seed in (1, 2)
         ]
-        assert summary["differences"]["untrained"][metric]["mean"] == pytest.approx(sum(expected) / 2)
+        difference = summary["differences"]["untrained"][metric]
+        assert difference["mean"] == pytest.approx(sum(expected) / 2)
+        if expected[0] != expected[1]:  # the interval depends on which runs are paired (the mean does not)
+            from scipy import stats
+
+            half = stats.t.ppf(0.975, 1) * abs(expected[0] - expected[1]) / 2
+            assert difference["ci95"] == pytest.approx([sum(expected) / 2 - half, sum(expected) / 2 + half])
     # WEINCE logged its λ statistics; the untrained cells trained nothing
     assert set(summary["lambda_curves"]) == {"weince"}
     assert cells["untrained", 1]["history"] == []
