@@ -4,7 +4,7 @@ For each sweep folder: the paired table (`comparison.md`), the cells' commit, th
 variant averaged over seeds and steps, the decision of docs/experiments.md (the 95% interval of the paired
 difference above 0, below 0, or containing 0) and the wall time of the cells.
 
-    python scripts/study_report.py results/study/cpu-cls results/study/cpu-demo
+    python scripts/study_report.py results/study/cpu-cls results/study/cpu-demo --against infonce-hardness
 """
 
 from __future__ import annotations
@@ -28,7 +28,26 @@ def decision(interval) -> str:
     return "no difference at this size"
 
 
-def report(folder: Path) -> str:
+def against(summary: dict, other: str) -> list[str]:
+    """Each other variant's paired differences against ``other`` (a second baseline, e.g. the peer loss)."""
+    from simcse_weince.compare import summarize
+
+    if other not in {run["variant"] for run in summary["runs"]}:
+        return []
+    differences = summarize(summary["runs"], other, tuple(summary["metrics"]))["differences"]
+    lines = []
+    for name, metrics in differences.items():
+        for metric in summary.get("deltas", ["stsb_test"]):
+            difference = metrics[metric]
+            interval = difference["ci95"]
+            shown = "" if interval is None else f" [{interval[0]:+.2f}, {interval[1]:+.2f}]"
+            lines.append(f"- `{name}` − `{other}`, {summary['metrics'][metric]}: {difference['mean']:+.2f}{shown} "
+                         f"({difference['wins']}/{difference['ties']}/{difference['losses']}); "
+                         f"{decision(interval)}.")  # fmt: skip
+    return lines
+
+
+def report(folder: Path, others: tuple[str, ...] = ()) -> str:
     summary = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
     lines = [f"### `{folder.name}`", "", (folder / "comparison.md").read_text(encoding="utf-8").rstrip(), ""]
     labels, baseline = summary["metrics"], summary["baseline"]
@@ -41,6 +60,8 @@ def report(folder: Path) -> str:
             shown = "" if interval is None else f" [{interval[0]:+.2f}, {interval[1]:+.2f}]"
             lines.append(f"- `{name}` − `{baseline}`, {labels[metric]}: {difference['mean']:+.2f}{shown}; "
                          f"{decision(interval)}.")  # fmt: skip
+    for other in others:
+        lines += against(summary, other)
     curves = summary.get("lambda_curves") or {}
     if curves:
         lines += ["", "| WEINCE variant | " + " | ".join(LAMBDA_KEYS.values()) + " |",
@@ -63,8 +84,11 @@ def report(folder: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folders", nargs="+", type=Path, help="sweep folders (or archives) holding comparison.json")
+    parser.add_argument("--against", default="", metavar="NAMES",
+                        help="comma-separated variants to pair every other variant against as well")  # fmt: skip
     args = parser.parse_args()
-    print("\n".join(report(folder) for folder in args.folders), end="")
+    others = tuple(name for name in args.against.split(",") if name)
+    print("\n".join(report(folder, others) for folder in args.folders), end="")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ def test_report_reads_a_comparison(tmp_path):
     assert "`weince` − `infonce`, STS-B test: +0.50 [+0.50, +0.50]; beats the baseline." in text
     assert "| `weince` | 0.300 |" in text  # mean λ over the steps
     assert "6 runs at commit `abcdef0`; their training wall times add up to 2.00 h." in text
+    against = study_report.report(tmp_path, ("weince",))  # the second baseline: the same pairs, the other sign
+    assert "`infonce` − `weince`, STS-B test: -0.50 [-0.50, -0.50] (0/0/3); worse than the baseline." in against
 
 
 def test_aic_gate_simulation_shows_the_gate_open_whatever_the_domain():
