@@ -184,11 +184,14 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
     from simcse_weince.vision.train import build_model
 
-    mild = functools.partial(augment.simclr_augmentation, crop_scale=(0.8, 1.0), jitter_strength=0.25)
-    monkeypatch.setattr(augment, "simclr_augmentation", mild)
+    # the crop range is a setting (crop_scale_min); the jitter strength is not, so it is patched
+    mild_jitter = functools.partial(augment.simclr_augmentation, jitter_strength=0.25)
+    monkeypatch.setattr(augment, "simclr_augmentation", mild_jitter)
+    mild = functools.partial(mild_jitter, crop_scale=(0.8, 1.0))
     config = tiny(
-        tmp_path, dataset="digits", loss="weince", train_size=8, num_epochs=15, max_steps=15, learning_rate=1e-3
-    )
+        tmp_path, dataset="digits", loss="weince", train_size=8, num_epochs=15, max_steps=15, learning_rate=1e-3,
+        crop_scale_min=0.8,
+    )  # fmt: skip
     set_seed(config.seed)
     initial = build_model(config)  # the trainer's own initialisation
     result = train(config)
