@@ -27,13 +27,19 @@ def _rows(tmp_path, monkeypatch, name: str, args: list[str]) -> list[float]:
 def test_five_cpu_demo_steps_give_the_recorded_losses(tmp_path, monkeypatch, data_dir):
     args = ["train", *record_step_losses.TEXT_ARGS, "--data-dir", str(data_dir)]
     losses = _rows(tmp_path, monkeypatch, "text", args)
-    # the first loss is ~1e-3 and the next ones ~1e-6 (mean pooling of a model trained for similarity): relative
-    # agreement on all of them; on this CPU they are bit-identical
-    assert losses == pytest.approx(RECORDED["cpu-demo"], rel=1e-5, abs=1e-9)
+    # The first loss (~1e-3) sees the recorded data, initialisation, dropout and loss before any update: it must
+    # agree closely. The next ones are ~1e-6, differences of nearly equal logits after Adam steps, and move by a few
+    # 1e-9 between CPUs whose fp32 kernels sum in another order (bit-identical on the recording CPU; up to 3.7e-9
+    # on an AVX512-BF16 EPYC), so they are compared in absolute terms.
+    assert losses[0] == pytest.approx(RECORDED["cpu-demo"][0], rel=1e-5)
+    assert losses[1:] == pytest.approx(RECORDED["cpu-demo"][1:], rel=0, abs=2e-8)
 
 
 def test_five_digits_steps_give_the_recorded_losses(tmp_path, monkeypatch):
     pytest.importorskip("torchvision")
     args = ["vision", "train", *record_step_losses.VISION_ARGS, *record_step_losses.VISION_LOG_EVERY]
     losses = _rows(tmp_path, monkeypatch, "vision", args)
-    assert losses == pytest.approx(RECORDED["digits"], rel=1e-5)
+    # step 1 (data, augmentations, initialisation, loss) must agree closely; after Adam steps on near-zero
+    # gradients, another CPU's fp32 summation order moves the losses by up to ~1e-3 relative (measured 9.3e-4)
+    assert losses[0] == pytest.approx(RECORDED["digits"][0], rel=1e-5)
+    assert losses[1:] == pytest.approx(RECORDED["digits"][1:], rel=5e-3)
