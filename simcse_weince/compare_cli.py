@@ -74,7 +74,8 @@ def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 def finish_parser(parser, config_class, choices, *, task: str, aliases=None) -> None:
     from simcse_weince.config import add_config_flags
 
-    add_config_flags(parser, config_class, "base settings of every run (defaults: the preset)", aliases, choices)
+    defaults = "the preset" if task == "text" else "VisionTrainConfig's"
+    add_config_flags(parser, config_class, f"base settings of every run (defaults: {defaults})", aliases, choices)
     for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
         if action.dest == "set:output_dir":
             action.required = True
@@ -83,11 +84,16 @@ def finish_parser(parser, config_class, choices, *, task: str, aliases=None) -> 
     parser.set_defaults(func=run_compare, compare_task=task)
 
 
+def is_vision(args: argparse.Namespace) -> bool:
+    """Whether the parsed command is ``vision compare`` (``compare`` alone is the text sweep)."""
+    return getattr(args, "compare_task", "text") == "vision"
+
+
 def select_variants(args: argparse.Namespace) -> dict[str, dict]:
     """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
     from simcse_weince.compare import VARIANTS, VISION_VARIANTS, load_variants
 
-    builtins = VISION_VARIANTS if getattr(args, "compare_task", "text") == "vision" else VARIANTS
+    builtins = VISION_VARIANTS if is_vision(args) else VARIANTS
     known = load_variants(args.variants_file, builtins) if args.variants_file else dict(builtins)
     if args.losses is None:
         return known
@@ -119,7 +125,7 @@ def build_base_config(args: argparse.Namespace):
     if "seed" in flags:
         raise ValueError("--seed does not apply to compare: use --seeds")
     overrides = {**(read_config_file(args.config) if args.config else {}), **flags}
-    if getattr(args, "compare_task", "text") == "vision":
+    if is_vision(args):
         from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
         return apply_overrides(VisionTrainConfig(), overrides, DEPRECATED_NAMES)
