@@ -360,8 +360,9 @@ def format_markdown(summary: dict) -> str:
                 "tasks")  # fmt: skip
     else:
         what = "accuracy x100 of the frozen backbone on the test split (linear probe: mean of its probe seeds)"
+    seeds = f"seed{'s' if len(summary['seeds']) > 1 else ''} {', '.join(map(str, summary['seeds']))}"
     lines.append(
-        f"{what}. Mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; Δ, W/T/L (wins/ties/losses) and "
+        f"{what}. Mean ± sd over {seeds}; Δ, W/T/L (wins/ties/losses) and "
         f"the Wilcoxon signed-rank p are paired by seed against {baseline}."
     )
     return "\n".join(lines) + "\n"
