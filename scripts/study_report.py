@@ -28,6 +28,22 @@ def decision(interval) -> str:
     return "no difference at this size"
 
 
+def difference_lines(differences: dict, baseline: str, summary: dict, *, record: bool) -> list[str]:
+    """One line per variant and Δ metric: the paired mean, its interval and the decision (``record``: also W/T/L)."""
+    lines = []
+    for name, metrics in differences.items():
+        for metric in summary.get("deltas", ["stsb_test"]):
+            difference = metrics[metric]
+            if difference["mean"] is None:  # no pairs for this metric
+                continue
+            interval = difference["ci95"]
+            shown = "" if interval is None else f" [{interval[0]:+.2f}, {interval[1]:+.2f}]"
+            tally = f" ({difference['wins']}/{difference['ties']}/{difference['losses']})" if record else ""
+            lines.append(f"- `{name}` − `{baseline}`, {summary['metrics'][metric]}: {difference['mean']:+.2f}{shown}"
+                         f"{tally}; {decision(interval)}.")  # fmt: skip
+    return lines
+
+
 def against(summary: dict, other: str) -> list[str]:
     """Each other variant's paired differences against ``other`` (a second baseline, e.g. the peer loss)."""
     from simcse_weince.compare import summarize
@@ -35,31 +51,13 @@ def against(summary: dict, other: str) -> list[str]:
     if other not in {run["variant"] for run in summary["runs"]}:
         return []
     differences = summarize(summary["runs"], other, tuple(summary["metrics"]))["differences"]
-    lines = []
-    for name, metrics in differences.items():
-        for metric in summary.get("deltas", ["stsb_test"]):
-            difference = metrics[metric]
-            interval = difference["ci95"]
-            shown = "" if interval is None else f" [{interval[0]:+.2f}, {interval[1]:+.2f}]"
-            lines.append(f"- `{name}` − `{other}`, {summary['metrics'][metric]}: {difference['mean']:+.2f}{shown} "
-                         f"({difference['wins']}/{difference['ties']}/{difference['losses']}); "
-                         f"{decision(interval)}.")  # fmt: skip
-    return lines
+    return difference_lines(differences, other, summary, record=True)
 
 
 def report(folder: Path, others: tuple[str, ...] = ()) -> str:
     summary = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
     lines = [f"### `{folder.name}`", "", (folder / "comparison.md").read_text(encoding="utf-8").rstrip(), ""]
-    labels, baseline = summary["metrics"], summary["baseline"]
-    for name, metrics in summary["differences"].items():
-        for metric in summary.get("deltas", ["stsb_test"]):
-            difference = metrics[metric]
-            if difference["mean"] is None:
-                continue
-            interval = difference["ci95"]
-            shown = "" if interval is None else f" [{interval[0]:+.2f}, {interval[1]:+.2f}]"
-            lines.append(f"- `{name}` − `{baseline}`, {labels[metric]}: {difference['mean']:+.2f}{shown}; "
-                         f"{decision(interval)}.")  # fmt: skip
+    lines += difference_lines(summary["differences"], summary["baseline"], summary, record=False)
     for other in others:
         lines += against(summary, other)
     curves = summary.get("lambda_curves") or {}
