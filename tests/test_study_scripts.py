@@ -53,3 +53,21 @@ def test_aic_gate_simulation_shows_the_gate_open_whatever_the_domain():
         if "β = " in name:  # a Weibull row: the slope estimates its index
             true_beta = float(name.split("β = ")[1].rstrip(") "))
             assert abs(float(beta_hat) - true_beta) <= 0.25 * true_beta, name
+
+
+def test_report_skips_a_variant_without_pairs_against_either_baseline(tmp_path):
+    # a variant run on other seeds has no pairs: no line (not a crash) against the baseline or a second one
+    from simcse_weince.compare import format_markdown, summarize
+
+    cells = (("infonce", (1, 2)), ("weince", (1, 2)), ("other-seeds", (7,)))
+    runs = [{"variant": v, "seed": s, "stsb_dev": 80.0, "stsb_test": 75.0 + s, "sts_avg": 70.0}
+            for v, seeds in cells for s in seeds]  # fmt: skip
+    summary = {"baseline": "infonce", "seeds": [1, 2, 7], "runs": runs, "git_commit": None,
+               "metrics": {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg"},
+               **summarize(runs, "infonce")}  # fmt: skip
+    (tmp_path / "comparison.json").write_text(json.dumps(summary))
+    (tmp_path / "comparison.md").write_text(format_markdown(summary))
+    text = study_report.report(tmp_path, ("weince",))
+    assert "`weince` − `infonce`, STS-B test: +0.00 [+0.00, +0.00]; no difference at this size." in text
+    assert "`infonce` − `weince`, STS-B test: +0.00 [+0.00, +0.00] (0/2/0); no difference at this size." in text
+    assert "other-seeds` −" not in text
