@@ -207,6 +207,17 @@ MUTATIONS = (
         (("    return columns[None, :] != layout.rows[:, None]", "    return columns[None, :] >= 0"),),
         ("tests/test_infonce_hardness.py",), "sentence-transformers' in_batch_negatives mode excludes them",
     ),
+    Mutation(
+        "core: WEINCE's hardness term never reaches the logits", CORE,
+        (("            logits.add_(bias)", "            logits.add_(bias, alpha=0.0)"),),
+        ("tests/test_infonce_hardness.py", "-k", "weince"), "issue 22: weince-hardness is Study 2's variant",
+    ),
+    Mutation(
+        "trainers' objective: WEINCE drops hardness_strength", OBJECTIVE,
+        (("                    return_stats=True,\n                    hardness_strength=self.hardness_strength,",
+          "                    return_stats=True,"),),
+        ("tests/test_infonce_hardness.py", "-k", "both_losses"), "issue 22: the trainer must pass it to WEINCE",
+    ),
     # ---- the shared training core (issue 11)
     Mutation(
         "vision trainer: a resumed run restarts the data at batch 0", VISION_TRAIN,

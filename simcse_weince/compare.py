@@ -48,6 +48,8 @@ VARIANTS: dict[str, dict] = {
     "weince": {"loss": "weince"},
     "weince-reference": {"loss": "weince", "weince.beta": 1.0},
     "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
+    # ours, not the paper's (Study 2): WEINCE with the same per-negative hardness term
+    "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
 }
 
 #: the vision variants shipped (``simcse-weince vision compare``); ``untrained`` trains 0 epochs: the seed's init

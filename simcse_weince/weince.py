@@ -505,9 +505,11 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, sims, infonce_scale, shortfall_scale, layout: _Layout, eps: float):
+    def forward(ctx, sims, infonce_scale, shortfall_scale, layout: _Layout, eps: float, bias=None):
         shortfall = torch.rsub(sims, 1)
         logits = torch.clamp_min(shortfall, eps).log_().mul_(-shortfall_scale).addcmul_(sims, infonce_scale)
+        if bias is not None:  # hardness weighting: a constant added to the logits, outside the slope
+            logits.add_(bias)
         # d logit / d s, in place on the shortfalls; where 1 - s is floored at eps the shortfall term is constant:
         # the shortfall becomes inf there and 1 / inf = 0 drops it
         F.threshold_(shortfall, eps, math.inf)
@@ -526,12 +528,12 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss, _grad_logits):
         if grad_loss is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         log_probs, slope = ctx.saved_tensors
         grad = torch.exp(log_probs)  # softmax; the masked diagonal gives 0
         for offset in ctx.layout.positive_diagonals:  # minus the one-hot of the positives
             grad.diagonal(offset).sub_(1)
-        return grad.mul_(slope).mul_(grad_loss / grad.shape[0]), None, None, None, None
+        return grad.mul_(slope).mul_(grad_loss / grad.shape[0]), None, None, None, None, None
 
 
 def _cross_entropy(logits, layout: _Layout):
@@ -559,6 +561,7 @@ def weince_loss(
     geometry: str = "simcse",
     return_stats: bool = False,
     mixing_weight: torch.Tensor | None = None,
+    hardness_strength: float = 0.0,
 ):
     """WEINCE contrastive loss (mean over anchors).
 
@@ -576,6 +579,10 @@ def weince_loss(
             anchors x candidates, positive at column i; simclr: 2N x (2N-1), positive in column 0).
         mixing_weight: override lambda (a scalar or one value per anchor), e.g. 0 for InfoNCE through this
             code path. The tail statistics are still computed and reported.
+        hardness_strength: α > 0 adds ``α · stop_grad(s_ij)`` to the WEINCE logit of every in-batch negative, the
+            term of :func:`infonce_loss`'s ``hardness_strength`` (sentence-transformers' hardness weighting). **Ours,
+            not the paper's** (Study 2 in ``docs/experiments.md``); 0, the default, is the paper's loss. At λ = 0 it
+            equals ``infonce_loss(..., hardness_strength=α)``. The tail statistics and λ do not see it.
 
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
@@ -584,6 +591,7 @@ def weince_loss(
     if not isinstance(config, WeinceConfig):
         raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)
+    _check_hardness_strength(hardness_strength)
     temperature = float(temperature)
     compute_dtype = _statistics_dtype(anchors, candidates)
     sims, precise_sims = _PreciseCosineSimilarity.apply(anchors, candidates, geometry == "simclr", compute_dtype)
@@ -601,8 +609,12 @@ def weince_loss(
         beta = _shortfall_exponent(stats, config)
         infonce_scale = torch.rsub(weight, 1).div_(temperature).to(compute_dtype).unsqueeze(1)
         shortfall_scale = torch.mul(weight, beta).to(compute_dtype).unsqueeze(1)
+        # a constant of the logits (no gradient through it), so the closed-form backward's slope is unchanged
+        hardness_bias = _hardness_bias(sims, hardness_strength, geometry, layout) if hardness_strength else None
     with _autocast_off(sims.device.type):
-        loss, logits = _WeinceCrossEntropy.apply(sims, infonce_scale, shortfall_scale, layout, config.eps)
+        loss, logits = _WeinceCrossEntropy.apply(
+            sims, infonce_scale, shortfall_scale, layout, config.eps, hardness_bias
+        )
     _raise_if_not_finite(loss, anchors, candidates)
     if not return_stats:
         return loss
@@ -642,17 +654,26 @@ def infonce_loss(
     default) is plain InfoNCE.
     """
     _validate_embeddings(anchors, candidates, geometry, temperature)
-    if not (hardness_strength >= 0 and math.isfinite(hardness_strength)):
-        raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
+    _check_hardness_strength(hardness_strength)
     sims = _similarities(anchors, candidates, geometry)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
     with _autocast_off(sims.device.type):
         logits = sims / float(temperature)
         if hardness_strength:
-            logits = logits + hardness_strength * sims.detach() * _in_batch_negatives(geometry, layout, sims.shape)
+            logits = logits + _hardness_bias(sims, hardness_strength, geometry, layout)
         loss = _cross_entropy(logits, layout)
     _raise_if_not_finite(loss, anchors, candidates)
     return loss
+
+
+def _check_hardness_strength(hardness_strength: float) -> None:
+    if not (hardness_strength >= 0 and math.isfinite(hardness_strength)):
+        raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
+
+
+def _hardness_bias(sims: torch.Tensor, hardness_strength: float, geometry: str, layout: _Layout) -> torch.Tensor:
+    """``α · stop_grad(s_ij)`` on every in-batch negative, 0 elsewhere: LLaVE's hardness weighting as logits."""
+    return hardness_strength * sims.detach() * _in_batch_negatives(geometry, layout, sims.shape)
 
 
 def _in_batch_negatives(geometry: str, layout: _Layout, shape) -> torch.Tensor:

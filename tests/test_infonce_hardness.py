@@ -1,13 +1,15 @@
 """``infonce_loss(..., hardness_strength=α)`` is sentence-transformers' hard-negative weighting (Lan et al. 2025,
 LLaVE): ``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives", hardness_strength=α)``, the peer a user
-would pick instead of WEINCE. Checked on the same embeddings: loss and gradients, pairs and triplets."""
+would pick instead of WEINCE. Checked on the same embeddings: loss and gradients, pairs and triplets.
+``weince_loss(..., hardness_strength=α)`` (ours, Study 2) adds the same term to WEINCE's logits: at λ = 0 it is the
+InfoNCE form, and at the λ the loss chooses it is autograd through the definition."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from simcse_weince.weince import infonce_loss
+from simcse_weince.weince import infonce_loss, weince_logits, weince_loss
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def test_simclr_geometry_weighs_every_negative_and_never_the_positive():
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
 
 
-def test_the_trainer_takes_it_for_infonce_only():
+def test_the_trainer_takes_it_for_both_losses():
     from simcse_weince.text.config import preset
     from simcse_weince.training.objective import ContrastiveObjective
 
@@ -77,8 +79,74 @@ def test_the_trainer_takes_it_for_infonce_only():
     objective = ContrastiveObjective("infonce", 0.05, hardness_strength=9.0)
     loss, _ = objective(anchors, positives)
     assert loss.item() == infonce_loss(anchors, positives, temperature=0.05, hardness_strength=9.0).item()
+    weince_objective = ContrastiveObjective("weince", 0.05, hardness_strength=9.0)
+    loss, logs = weince_objective(anchors, positives)
+    assert loss.item() == weince_loss(anchors, positives, temperature=0.05, hardness_strength=9.0).item()
+    assert loss.item() != weince_loss(anchors, positives, temperature=0.05).item()
+    assert "lambda_mean" in logs
     assert preset("cpu-cls", loss="infonce", hardness_strength=9.0).hardness_strength == 9.0
-    with pytest.raises(ValueError, match="hardness_strength .* needs loss=infonce, not 'weince'"):
-        preset("cpu-cls", loss="weince", hardness_strength=9.0)
+    assert preset("cpu-cls", loss="weince", hardness_strength=9.0).hardness_strength == 9.0  # Study 2's variant
     with pytest.raises(ValueError, match="hardness_strength must be >= 0"):
         preset("cpu-cls", loss="infonce", hardness_strength=-1.0)
+
+
+# ---- WEINCE with the same term (ours, not the paper's: Study 2's weince-hardness)
+
+
+@pytest.mark.parametrize("geometry,columns", [("simcse", 2), ("simcse", 3), ("simcse", 4), ("simclr", 2)])
+def test_weince_hardness_at_zero_lambda_is_infonce_hardness(geometry, columns):
+    embeddings = _embeddings(columns)
+    anchors, candidates = embeddings[0], torch.cat(embeddings[1:])
+    tau = 0.05 if geometry == "simcse" else 0.5
+    ours = weince_loss(anchors, candidates, temperature=tau, geometry=geometry, mixing_weight=0.0,
+                       hardness_strength=9.0)  # fmt: skip
+    expected = infonce_loss(anchors, candidates, temperature=tau, geometry=geometry, hardness_strength=9.0)
+    assert ours.item() == pytest.approx(expected.item(), abs=1e-5)
+    for grad, expected_grad in zip(torch.autograd.grad(ours, embeddings), torch.autograd.grad(expected, embeddings)):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("geometry,columns", [("simcse", 2), ("simcse", 3), ("simclr", 2)])
+def test_weince_hardness_equals_autograd_through_the_definition(geometry, columns):
+    """The closed-form backward with the hardness term against autograd through ``weince_logits`` + the term +
+    cross-entropy, at the λ and β the loss itself chose (both constants), in float64."""
+    embeddings = [e.detach().double().requires_grad_() for e in _embeddings(columns, rows=40)]
+    anchors, candidates = embeddings[0], torch.cat(embeddings[1:])
+    tau, alpha = (0.05 if geometry == "simcse" else 0.5), 9.0
+    loss, stats = weince_loss(anchors, candidates, temperature=tau, geometry=geometry, hardness_strength=alpha,
+                              return_stats=True)  # fmt: skip
+    weight, beta = stats["mixing_weight"], stats["beta"]
+    assert float(weight.max()) > 0.5  # λ is really on for some anchors: the test exercises the WEINCE logit
+    # the tail statistics do not see the term
+    _, plain_stats = weince_loss(anchors, candidates, temperature=tau, geometry=geometry, return_stats=True)
+    torch.testing.assert_close(weight, plain_stats["mixing_weight"])
+    # by hand
+    if geometry == "simcse":
+        sims = torch.nn.functional.normalize(anchors, dim=1) @ torch.nn.functional.normalize(candidates, dim=1).T
+        rows = torch.arange(sims.shape[0])
+        negative = (torch.arange(sims.shape[1]) % sims.shape[0])[None, :] != rows[:, None]
+        positive, self_mask = rows, None
+    else:
+        views = torch.nn.functional.normalize(torch.cat([anchors, candidates]), dim=1)
+        sims = views @ views.T
+        n = anchors.shape[0]
+        positive = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+        self_mask = torch.eye(2 * n, dtype=torch.bool)
+        negative = ~self_mask
+        negative[torch.arange(2 * n), positive] = False
+    logits = weince_logits(sims, weight, beta, tau) + alpha * sims.detach() * negative
+    if self_mask is not None:
+        logits = logits.masked_fill(self_mask, float("-inf"))
+    expected = torch.nn.functional.cross_entropy(logits, positive)
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-9)
+    for grad, expected_grad in zip(torch.autograd.grad(loss, embeddings), torch.autograd.grad(expected, embeddings)):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-9, rtol=1e-7)
+    # and the term matters: the plain WEINCE loss is a different number
+    assert loss.item() > weince_loss(anchors, candidates, temperature=tau, geometry=geometry).item() + 0.1
+
+
+def test_weince_refuses_bad_strengths():
+    anchors, positives = _embeddings(2)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hardness_strength must be a finite number >= 0"):
+            weince_loss(anchors, positives, temperature=0.05, hardness_strength=bad)

@@ -50,7 +50,7 @@ class TrainConfig:
     loss: str = "weince"  # weince | infonce
     temperature: float = 0.05
     weince: WeinceConfig = field(default_factory=WeinceConfig)
-    hardness_strength: float = 0.0  # infonce only: LLaVE's weighting of hard in-batch negatives (ST's MNRL)
+    hardness_strength: float = 0.0  # LLaVE's weighting of hard in-batch negatives (ST's MNRL); with weince: ours
     # optimisation
     batch_size: int = 64
     mini_batch_size: int | None = None  # GradCache: encode the batch this many sentences at a time (None: at once)
@@ -138,11 +138,6 @@ class TrainConfig:
             raise ValueError(f"max_train_samples must be >= 1, got {self.max_train_samples}")
         if not (self.hardness_strength >= 0 and math.isfinite(self.hardness_strength)):
             raise ValueError(f"hardness_strength must be >= 0, got {self.hardness_strength}")
-        if self.hardness_strength and self.loss != "infonce":
-            raise ValueError(
-                "hardness_strength weighs InfoNCE's hard negatives (sentence-transformers' hardness_mode); it needs "
-                f"loss=infonce, not {self.loss!r}"
-            )
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
         if self.learning_rate <= 0:

@@ -5,8 +5,9 @@ second views are its negatives. ``geometry="simclr"`` (vision): the 2N x 2N NT-X
 several processes both views are gathered with their gradient first, so the negatives and WEINCE's tail
 statistics span the global batch and every process computes the same loss. The loss is computed in float32
 with autocast off, whatever the training precision (tail statistics need it). ``extra_terms`` is an optional
-module added to the loss (the authors' top-M terms for vision, spec section 7). ``hardness_strength`` turns InfoNCE into
-sentence-transformers' hard-negative weighting (:func:`~simcse_weince.weince.infonce_loss`).
+module added to the loss (the authors' top-M terms for vision, spec section 7). ``hardness_strength`` adds
+sentence-transformers' hard-negative weighting to either loss (:func:`~simcse_weince.weince.infonce_loss`; for
+WEINCE it is ours, not the paper's).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class ContrastiveObjective:
         self.loss, self.temperature, self.geometry, self.gather = loss, float(temperature), geometry, gather
         self.weince = weince or WeinceConfig()
         self.extra_terms = extra_terms
-        self.hardness_strength = float(hardness_strength)  # InfoNCE's LLaVE weighting of hard negatives; 0: plain
+        self.hardness_strength = float(hardness_strength)  # LLaVE's weighting of hard negatives; 0: plain
 
     def __call__(self, first_view: torch.Tensor, second_view: torch.Tensor, *, diagnostics: bool = True):
         first_view, second_view = first_view.float(), second_view.float()
@@ -68,11 +69,17 @@ class ContrastiveObjective:
                     config=self.weince,
                     geometry=self.geometry,
                     return_stats=True,
+                    hardness_strength=self.hardness_strength,
                 )
                 logs = summarize_statistics(stats)
             else:
                 loss = weince_loss(
-                    first_view, second_view, temperature=self.temperature, config=self.weince, geometry=self.geometry
+                    first_view,
+                    second_view,
+                    temperature=self.temperature,
+                    config=self.weince,
+                    geometry=self.geometry,
+                    hardness_strength=self.hardness_strength,
                 )
             if self.extra_terms is not None:
                 loss = loss + self.extra_terms(first_view, second_view, temperature=self.temperature)
