@@ -32,13 +32,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config
+from simcse_weince.provenance import git_commit, versions
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +183,7 @@ def run_vision_cell(config) -> dict:
         "wall_time_seconds": state["wall_seconds"],  # training only, as in a text run's results.json
         "history": state["history"],
         "evaluation": evaluation,
+        "versions": versions(),  # the training code's commit too: a re-summary reads it, never rewrites it
     }
     staging = folder / "results.json.tmp"
     staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
@@ -309,18 +310,6 @@ def summarize(runs: list[dict], baseline: str, metrics=METRICS) -> dict:
             for metric in metrics
         }
     return {"per_variant": per_variant, "differences": differences}
-
-
-def git_commit() -> str | None:
-    """The checkout's ``git rev-parse HEAD`` (None outside a git checkout or without git)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
-            timeout=10, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -537,6 +526,8 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         progress.set_postfix_str(f"{name} seed {seed}")
         results = task.run_cell(config)
         runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
+                     # the commit that trained the cell (its results.json's), not the summarising checkout's
+                     "training_commit": (results.get("versions") or {}).get("git_commit"),
                      **task.read_metrics(results)})  # fmt: skip
         curves[name, seed] = results.get("evaluations") or []
         lambda_histories[name, seed] = [entry for entry in results.get("history", []) if "lambda_mean" in entry]
@@ -552,7 +543,7 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         "runs": runs,
         **summarize(runs, baseline, tuple(task.metric_labels)),
         "base_config": base.to_dict(),
-        "git_commit": git_commit(),
+        "git_commit": git_commit(),  # the summarising checkout's; each run has its training_commit
         "wall_time_seconds": time.perf_counter() - start,
         # the cells' own training wall times added up: the grid's cost, also when it ran over several calls
         "cell_wall_time_seconds": cell_seconds,

@@ -136,6 +136,19 @@ def test_compare_sweep_killed_and_rerun_skips_finished_runs(tmp_path, data_dir):
     expected = (histories[0][2]["lambda_mean"] + histories[1][2]["lambda_mean"]) / 2
     assert summary["lambda_curves"]["weince"][2]["lambda_mean"] == pytest.approx(expected, rel=1e-12)
     assert (sweep / "comparison_lambda.png").stat().st_size > 5_000
+    # every cell records the commit that trained it; a re-summary at another commit reads it and never rewrites it
+    from simcse_weince.provenance import git_commit
+
+    assert {run["training_commit"] for run in summary["runs"]} == {git_commit()}
+    older = cells["weince", 2] / "results.json"
+    results = json.loads(older.read_text())
+    results["versions"]["git_commit"] = "0" * 40  # as if trained at an earlier commit
+    older.write_text(json.dumps(results))
+    assert main(args) == 0
+    assert json.loads(older.read_text())["versions"]["git_commit"] == "0" * 40
+    commits = {(run["variant"], run["seed"]): run["training_commit"]
+               for run in json.loads((sweep / "comparison.json").read_text())["runs"]}  # fmt: skip
+    assert commits.pop(("weince", 2)) == "0" * 40 and set(commits.values()) == {git_commit()}
 
 
 class _ProcessWithLog:

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.paths import hub_is_offline
+from simcse_weince.provenance import versions
 from simcse_weince.text.config import TrainConfig
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince_config import WeinceConfig
@@ -205,19 +206,3 @@ def format_summary(results: dict, output_dir: Path) -> str:
         f"sentences/s; model, results.json and README.md in {output_dir}"
     )
     return "\n".join(lines)
-
-
-def versions() -> dict:
-    import accelerate
-    import sentence_transformers
-    import transformers
-
-    from simcse_weince import __version__
-
-    return {
-        "simcse_weince": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "sentence_transformers": sentence_transformers.__version__,
-        "accelerate": accelerate.__version__,
-    }
