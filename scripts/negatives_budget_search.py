@@ -102,9 +102,11 @@ def main() -> None:
     print("\n| epochs | lr scaling | batch | lr | steps | dev untrained | dev best (step) | gain | train s |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for p in curve:
-        print(f"| {p['num_epochs']} | {p['lr_scaling']} | {p['batch_size']} | {p['learning_rate']:.2g} | {p['steps']} "
-              f"| {p['stsb_dev_untrained']:.2f} | {p['stsb_dev_best']:.2f} ({p['best_step']}) | {p['gain']:+.2f} "
-              f"| {p['train_time_seconds']:.0f} |")
+        print(
+            f"| {p['num_epochs']} | {p['lr_scaling']} | {p['batch_size']} | {p['learning_rate']:.2g} | {p['steps']} "
+            f"| {p['stsb_dev_untrained']:.2f} | {p['stsb_dev_best']:.2f} ({p['best_step']}) | {p['gain']:+.2f} "
+            f"| {p['train_time_seconds']:.0f} |"
+        )
     print(f"\nchoice: {choice}")
 
 

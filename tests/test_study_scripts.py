@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from train_helpers import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
@@ -71,3 +72,57 @@ def test_report_skips_a_variant_without_pairs_against_either_baseline(tmp_path):
     assert "`weince` − `infonce`, STS-B test: +0.00 [+0.00, +0.00]; no difference at this size." in text
     assert "`infonce` − `weince`, STS-B test: +0.00 [+0.00, +0.00] (0/2/0); no difference at this size." in text
     assert "other-seeds` −" not in text
+
+
+def test_negatives_study_trend_and_pooled_analysis(tmp_path):
+    """Study 2's analysis on made-up runs whose differences are known: WEINCE +0.1 at 64, +0.1 + 0.2·(seed - 5) at
+    1024, so its trend per seed is 0.2·(seed - 5); the pooled batch-64 analysis adds Study 1's seeds."""
+    import negatives_study
+    from scipy import stats
+
+    def runs(seeds, weince_gain):
+        def score(variant, seed):
+            gain = weince_gain(seed) if variant.startswith("weince") else 0.0
+            return 79.0 + 0.01 * seed + gain + (0.4 if variant.endswith("hardness") else 0.0)
+
+        variants = negatives_study.STUDY_VARIANTS
+        return [{"variant": v, "seed": s, "stsb_test": score(v, s)} for v in variants for s in seeds]
+
+    seeds = [6, 7, 8, 9, 10]
+    by_batch = {64: runs(seeds, lambda s: 0.1), 1024: runs(seeds, lambda s: 0.1 + 0.2 * (s - 5))}
+    by_batch[1024] = [run for run in by_batch[1024] if not (run["variant"] == "infonce" and run["seed"] == 10)]
+    study1 = [run for run in runs([1, 2, 3, 4, 5], lambda s: -0.3) if run["variant"] != "weince-hardness"]
+    analysis = negatives_study.analyse(by_batch, study1)
+
+    at_64 = analysis["per_batch"]["64"]["weince - infonce"]
+    assert at_64["mean"] == pytest.approx(0.1) and at_64["wins"] == 5 and at_64["seeds"] == seeds
+    # weince-hardness against the peer: the same WEINCE gain, the hardness term cancels in the pair
+    assert analysis["per_batch"]["64"]["weince-hardness - infonce-hardness"]["mean"] == pytest.approx(0.1)
+    trend = analysis["trend"]["weince - infonce"]
+    assert trend["seeds"] == [6, 7, 8, 9]  # seed 10 lacks its 1024 baseline: no trend pair
+    expected = [0.2 * (s - 5) for s in (6, 7, 8, 9)]
+    assert trend["mean"] == pytest.approx(sum(expected) / 4)
+    interval = stats.ttest_1samp(expected, 0).confidence_interval(0.95)
+    assert trend["ci95"] == pytest.approx([interval.low, interval.high])
+    pooled = analysis["pooled_batch_64"]["weince - infonce"]
+    assert pooled["n"] == 10 and pooled["mean"] == pytest.approx((5 * 0.1 + 5 * -0.3) / 10)
+    assert pooled["seeds"] == list(range(1, 11))
+
+    text = negatives_study.format_markdown(analysis)
+    assert "| `weince` − `infonce` | +0.10 [+0.10, +0.10], 5/0/0 |" in text
+    assert "- `weince` − `infonce`: 64: beats; 1024: beats; trend: grows." in text
+    assert "`weince` − `infonce`: -0.10" in text and "over 10 seeds; no difference" in text
+    negatives_study.plot(analysis, tmp_path / "negatives.png")
+    assert (tmp_path / "negatives.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_negatives_budget_rule_is_the_protocols():
+    import negatives_budget_search as pilot
+
+    assert [pilot.eval_steps(b) for b in (64, 256, 1024)] == [62, 16, 4]  # the same sentences seen between evals
+    assert pilot.scaled_learning_rate(1024, "sqrt") == pytest.approx(1.2e-4)
+    assert pilot.scaled_learning_rate(256, "linear") == pytest.approx(1.2e-4)
+    assert all(pilot.scaled_learning_rate(64, rule) == 3e-5 for _, rule in pilot.RULES)
+    config = pilot.cell_config(1024, 2, 1.2e-4, "no")
+    assert (config.batch_size, config.mini_batch_size, config.num_epochs, config.pooler) == (1024, 64, 2, "cls")
+    assert pilot.cell_config(64, 1, 3e-5, "no").mini_batch_size is None
