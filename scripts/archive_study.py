@@ -15,7 +15,8 @@ import argparse
 import shutil
 from pathlib import Path
 
-SWEEP_FILES = ("comparison.json", "comparison.md", "comparison.png", "comparison_lambda.png", "budget.json")
+SWEEP_FILES = ("comparison.json", "comparison.md", "comparison.png", "comparison_lambda.png", "budget.json",
+               "negatives.json", "negatives.md", "negatives.png")  # Study 2's analyses too
 CELL_FILES = ("results.json", "training_config.yaml")
 
 
