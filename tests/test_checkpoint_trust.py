@@ -131,6 +131,22 @@ def test_a_run_whose_every_checkpoint_is_crafted_stops_in_one_line(finished, tmp
     assert "no intact checkpoint is left" in line
 
 
+def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_path):
+    """compare resumes a cell without results.json: the same refusal."""
+    from simcse_weince.compare import run_cell
+
+    run = _copy_run(finished, tmp_path)
+    (run / "results.json").unlink()
+    marker = tmp_path / "ran"
+    for checkpoint in list_checkpoints(run):
+        (checkpoint / "manifest.json").unlink()
+        plant_payload(checkpoint / "extra.pt", marker)
+    config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
+    with pytest.raises(ValueError, match="holds a pickled Python object"):
+        run_cell(config)
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("name", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
 def test_a_crafted_checkpoint_file_with_a_matching_manifest_is_refused(finished, tmp_path, capsys, name):
     """A manifest proves integrity, not origin: a crafted file listed in it is still read as tensors only."""
