@@ -210,8 +210,8 @@ def test_a_full_disk_during_a_checkpoint_ends_in_one_line_and_keeps_the_earlier_
     earlier = run / "checkpoints" / "step-0000002"
     assert line == (
         f"simcse-weince train: error: cannot write {run}/checkpoints/step-0000004: No space left on device; the "
-        f"partial copy is removed and the newest checkpoint, {earlier}, is intact: free space, then continue with "
-        f"--resume"
+        f"partial copy is removed and the newest checkpoint, {earlier}, is untouched: free space, then continue "
+        f"with --resume"
     )
     assert not list((run / "checkpoints").glob("*.tmp"))
     assert list_checkpoints(run) == [earlier] and verify_checkpoint(earlier) == []
@@ -287,7 +287,7 @@ def test_a_really_full_disk_names_the_cause_torch_does_not(finished, small_disk,
     line = _error_line(capsys)
     earlier = run / "checkpoints" / "step-0000002"
     assert f"cannot write {run}/checkpoints/step-0000004: No space left on device;" in line, line
-    assert f"the newest checkpoint, {earlier}, is intact" in line and "unexpected pos" not in line
+    assert f"the newest checkpoint, {earlier}, is untouched" in line and "unexpected pos" not in line
     assert not list((run / "checkpoints").glob("*.tmp")) and verify_checkpoint(earlier) == []
     small_disk.grow("64m")
     results = _resume(run)

@@ -423,8 +423,8 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
     accelerator.wait_for_everyone()
     earlier = next(iter(list_checkpoints(output_dir)), None)
     after = (
-        f"the partial copy is removed and the newest checkpoint, {earlier}, is intact: free space, then continue "
-        f"with --resume"
+        f"the partial copy is removed and the newest checkpoint, {earlier}, is untouched: free space, then "
+        f"continue with --resume"
         if earlier is not None
         else "the partial copy is removed; this run has no checkpoint on disk yet"
     )
@@ -526,7 +526,7 @@ class RunFolder:
         text trainer's last step, kept only until the export is written)."""
         if self.accelerator.is_main_process:
             release_previous_run(self.output_dir)
-            if drop is not None:
+            if drop is not None and drop.resolve().parent == self.checkpoints.resolve():  # never another run's
                 shutil.rmtree(drop, ignore_errors=True)
         self.accelerator.wait_for_everyone()
 
