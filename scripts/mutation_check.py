@@ -40,6 +40,7 @@ CORE, TRAIN = "simcse_weince/weince.py", "simcse_weince/text/train.py"
 COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
+TRUST = "tests/test_checkpoint_trust.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -261,6 +262,39 @@ MUTATIONS = (
         "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
         (("dist.all_reduce(grad)\n", "pass\n"),),
         ("tests/test_distributed_loss.py",), "the global-batch gradient needs every process's share",
+    ),
+    # ---- issue 24: checkpoints
+    Mutation(
+        "checkpoints: the files of a checkpoint without a manifest are unpickled", RUNS,
+        (("load_tensors(path)  # never unpickled", 'torch.load(path, map_location="cpu", weights_only=False)  #'),),
+        (TRUST, "-k", "without_manifest"), "issue 24.1: a crafted extra.pt ran code on --resume",
+    ),
+    Mutation(
+        "checkpoints: Accelerate loads the files before they are read as tensors only", RUNS,
+        (("        if path.suffix in PICKLE_SUFFIXES:\n            try:", "        if False:\n            try:"),),
+        (TRUST, "-k", "extra_terms"), "issue 24.1: Accelerate unpickles custom_checkpoint_*.pkl fully",
+    ),
+    Mutation(
+        "checkpoints: a failed write is not named (the bare OSError)", RUNS,
+        (("    if isinstance(error, OSError):\n        return error.strerror", "    if False:\n        return error.strerror"),),  # noqa: E501
+        (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: one line naming the folder and the cause",
+    ),
+    Mutation(
+        "checkpoints: a failed write leaves its partial .tmp", RUNS,
+        (("        shutil.rmtree(partial, ignore_errors=True)\n", "        pass\n"),),
+        (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: the .tmp kept the disk full for the resume",
+    ),
+    Mutation(
+        "checkpoints: the text export does not save the last step first", TRAIN,
+        (("last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)",
+          "last = run.checkpoint"),),
+        (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
+    ),
+    Mutation(
+        "checkpoints: the RNG state behind a manifest is not checked", RUNS,
+        (("hides nothing from this: the RNG state must restore\n    return problems or _rng_state_problems(checkpoint)",
+          "hides nothing from this: the RNG state must restore\n    return problems"),),
+        (TRUST, "-k", "rng"), "issue 24.6: Accelerate logs a failed RNG restore at INFO and resumes",
     ),
 )
 

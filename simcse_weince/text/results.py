@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -100,9 +101,16 @@ def export_results(
     skipped: int,
     train_file: Path,
     wall_seconds: float,
+    last_checkpoint: Path | None = None,
 ) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
-    model card (main process; the others return ``{}``)."""
+    model card (main process; the others return ``{}``).
+
+    The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
+    disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
+    ``last_checkpoint`` (the last step's weights, saved before the export) to resume from."""
+    from simcse_weince.training.runs import reporting_write_failures
+
     if not accelerator.is_main_process:
         return {}
     output_dir = Path(config.output_dir).expanduser()
@@ -110,7 +118,13 @@ def export_results(
     if "report_to" in not_applied:
         applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
     dev.restore_best()
-    model.save_sentence_transformer(output_dir)
+    staging = output_dir / EXPORT_STAGING
+    kept = f"the last step's weights are in {last_checkpoint}: " if last_checkpoint is not None else ""
+    after = f"the partial export is removed; {kept}free space, then run the same command with --resume to export"
+    with reporting_write_failures(output_dir, staging, after):
+        shutil.rmtree(staging, ignore_errors=True)
+        model.save_sentence_transformer(staging)
+        _move_into(staging, output_dir)
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
         results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
@@ -140,11 +154,28 @@ def export_results(
             "versions": versions(),
         }
     )
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     from simcse_weince.hub import write_model_card
 
-    write_model_card(output_dir, results)
+    with reporting_write_failures(output_dir, staging, after):
+        # results.json marks a finished run (compare reads it): the model card goes first
+        write_model_card(output_dir, results)
+        staging.mkdir()
+        (staging / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        _move_into(staging, output_dir)
     return results
+
+
+EXPORT_STAGING = ".export.tmp"
+
+
+def _move_into(staging: Path, output_dir: Path) -> None:
+    """Move every entry of ``staging`` into ``output_dir`` (renames on one file system), then drop ``staging``."""
+    for entry in sorted(staging.iterdir()):
+        target = output_dir / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    staging.rmdir()
 
 
 def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device) -> dict:

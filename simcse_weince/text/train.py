@@ -178,13 +178,17 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         progress.close()
 
         # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card --------
+        # the last step reaches a checkpoint first (a full disk during the export must not lose it; --resume then
+        # only exports); it goes once the export is written, so a finished run keeps its periodic checkpoints only
+        state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
+        last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
         results = export_results(
             accelerator, unwrapped, config, state, dev,
             mixed_precision=mixed_precision, not_applied=not_applied, total_steps=total_steps, start_step=start_step,
             num_sentences=len(tokenized), skipped=skipped, train_file=train_file,
-            wall_seconds=previous_wall + time.perf_counter() - wall_start,
+            wall_seconds=previous_wall + time.perf_counter() - wall_start, last_checkpoint=last,
         )  # fmt: skip
-        run.finish()
+        run.finish(drop=last)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results

@@ -12,6 +12,12 @@ Layout of ``<output_dir>``::
 dict per step), ``train_seconds``, ``wall_seconds``, plus what a trainer adds (the text trainer's best dev
 step, the vision trainer's epoch). ``--overwrite`` keeps the earlier run aside until the new one has saved its
 first checkpoint; ``--resume`` verifies the checkpoint before loading it.
+
+Trust: a run folder may come from someone else, so nothing in it is unpickled. Every pickle-format file
+(``.bin``/``.pkl``/``.pt``) is read with ``torch.load(weights_only=True)`` (tensors, numbers, numpy arrays) before
+Accelerate loads it, and a file holding any other Python object is refused (:func:`load_tensors`). A save that
+fails (full disk, read-only, quota) ends in a :class:`WriteError` naming the folder and the cause, and leaves no
+partial ``.tmp`` behind.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -33,6 +40,53 @@ CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"  # sizes and sha256 of a checkpoint's files, checked on --resume
 PREVIOUS_RUN_SUFFIX = ".previous-run"  # .<output_dir>.previous-run: the run --overwrite replaces, until replaced
+PICKLE_SUFFIXES = (".bin", ".pkl", ".pt")  # torch.save files: read only with weights_only=True
+RNG_STATE_GLOB = "random_states_*.pkl"  # Accelerate's per-process RNG states
+
+
+class WriteError(RuntimeError):
+    """A checkpoint or the export could not be written (no space, read-only, quota); the message names the
+    folder and the cause, and the partial copy is already removed."""
+
+
+def _allowed_globals() -> list:
+    """What Accelerate's RNG state file holds besides tensors: numpy's MT19937 state (an ndarray), the same
+    list Accelerate allows for its own weights_only loads."""
+    import codecs
+
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, codecs.encode]
+    if hasattr(np, "dtypes"):
+        allowed.append(np.dtypes.UInt32DType)
+    return allowed
+
+
+def load_tensors(path: Path, mmap: bool = False):
+    """``torch.load`` that never runs code from the file: ``weights_only=True`` (tensors, containers, numbers,
+    strings, numpy arrays). A file that pickles anything else raises ``pickle.UnpicklingError``."""
+    safe_globals = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; 2.4: add_safe_globals
+    context = safe_globals(_allowed_globals()) if safe_globals else contextlib.nullcontext()
+    if safe_globals is None:
+        torch.serialization.add_safe_globals(_allowed_globals())
+    with context:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+
+
+def _unreadable(path: Path, error: Exception) -> str:
+    """The problem of a file that failed to load, naming it; a refused pickle says so."""
+    import pickle
+
+    text = str(error)
+    if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in text:
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        what = f" ({found.group(1)})" if found else ""
+        return (
+            f"{path} holds a pickled Python object{what} besides tensors and plain data; it was refused unread "
+            f"(unpickling a file from elsewhere can run code)"
+        )
+    return f"{path} cannot be read ({type(error).__name__}: {text.splitlines()[0][:200] if text else ''})"
 
 
 def new_trainer_state(**extra) -> dict:
@@ -209,7 +263,8 @@ def verify_checkpoint(checkpoint: Path) -> list[str]:
             )
         elif _sha256(path) != entry["sha256"]:
             problems.append(f"{path} does not match the sha256 saved in {MANIFEST} (corrupted)")
-    return problems
+    # a manifest rewritten to match a damaged file hides nothing from this: the RNG state must restore
+    return problems or _rng_state_problems(checkpoint)
 
 
 def _probe_checkpoint_files(checkpoint: Path) -> list[str]:
@@ -234,11 +289,61 @@ def _probe_checkpoint_files(checkpoint: Path) -> list[str]:
                 with safe_open(str(path), framework="pt") as handle:
                     for key in handle.keys():
                         handle.get_tensor(key)
-            elif path.suffix in (".bin", ".pkl", ".pt"):
-                torch.load(path, map_location="cpu", weights_only=False)  # our own checkpoint, as load_state does
+            elif path.suffix in PICKLE_SUFFIXES:
+                load_tensors(path)  # never unpickled: the folder may come from elsewhere
         except Exception as error:  # noqa: BLE001 - any failure to load means the file is damaged
-            problems.append(f"{path} cannot be read ({type(error).__name__}: {str(error).splitlines()[0][:200]})")
+            problems.append(_unreadable(path, error))
+    return problems or _rng_state_problems(checkpoint)
+
+
+def _rng_state_problems(checkpoint: Path) -> list[str]:
+    """Each RNG state file of a checkpoint must restore every generator it holds: Accelerate only logs "Could not
+    load random states" (at INFO) and the resumed run would then draw other dropout masks and augmentations.
+    Checked on fresh generators, so the global ones are untouched."""
+    paths = sorted(checkpoint.glob(RNG_STATE_GLOB))
+    if not paths:
+        return [f"{checkpoint / 'random_states_0.pkl'} is missing (the RNG state)"]
+    problems = []
+    for path in paths:
+        try:
+            states = load_tensors(path)
+            _restore_rng(states, generators=None)
+        except Exception as error:  # noqa: BLE001 - any failure means this part of the state cannot be restored
+            problems.append(_rng_problem(path, error))
     return problems
+
+
+def _rng_problem(path: Path, error: Exception) -> str:
+    if isinstance(error, KeyError):
+        return f"{path} holds no {error.args[0]} (a part of the RNG state)"
+    if isinstance(error, FileNotFoundError):
+        return f"{path} is missing (the RNG state)"
+    problem = _unreadable(path, error)
+    if "refused unread" in problem:
+        return problem
+    return f"{path} does not restore the RNG state ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
+
+
+def _restore_rng(states: dict, generators: str | None) -> None:
+    """Set Python's, numpy's and torch's CPU generators (and those of ``generators``, a device type such as "cuda")
+    from an Accelerate RNG state; with ``generators=None`` fresh generators are set instead, as a check."""
+    import random
+
+    import numpy as np
+
+    if generators is None:
+        random.Random().setstate(states["random_state"])
+        np.random.RandomState().set_state(states["numpy_random_seed"])
+        torch.Generator().set_state(states["torch_manual_seed"])
+        for device_state in states.get("torch_cuda_manual_seed", []):
+            if not (isinstance(device_state, torch.Tensor) and device_state.dtype == torch.uint8):
+                raise TypeError("torch_cuda_manual_seed holds a value that is not a generator state")
+        return
+    random.setstate(states["random_state"])
+    np.random.set_state(states["numpy_random_seed"])
+    torch.set_rng_state(states["torch_manual_seed"])
+    if generators not in ("cpu", "mps"):  # Accelerate keeps the accelerator's under torch_<type>_manual_seed
+        getattr(torch, generators).set_rng_state_all(states[f"torch_{generators}_manual_seed"])
 
 
 def read_trainer_state(checkpoint: Path) -> dict:
@@ -251,22 +356,87 @@ def read_trainer_state(checkpoint: Path) -> dict:
     return state
 
 
+# torch's zip writer reports a failed write (a full disk) as "[enforce fail at inline_container.cc:672] . unexpected
+# pos ...", without the errno; safetensors as "... I/O error: ... (os error 28)"
+_TORCH_WRITER_FAILURES = ("inline_container", "PytorchStreamWriter", "unexpected pos", "file write failed")
+_OS_ERROR_NUMBER = re.compile(r"\(os error (\d+)\)")
+
+
+def write_failure_cause(error: BaseException, folder: Path) -> str | None:
+    """Why a write into ``folder`` failed ("No space left on device", "Read-only file system", ...), or None
+    when ``error`` is not a failed write."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    text = str(error)
+    found = _OS_ERROR_NUMBER.search(text)
+    if found:
+        return os.strerror(int(found.group(1)))
+    if isinstance(error, RuntimeError) and any(marker in text for marker in _TORCH_WRITER_FAILURES):
+        first_line = text.splitlines()[0][:200] if text else type(error).__name__
+        return _probe_write(folder) or f"a write failed ({first_line})"
+    return None
+
+
+def _probe_write(folder: Path) -> str | None:
+    """Write 1 MiB beside the failed file (before the partial copy is removed) to learn the errno torch dropped."""
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    probe = folder / ".write-probe"
+    try:
+        with probe.open("wb") as handle:
+            handle.write(bytes(1 << 20))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        return error.strerror or str(error)
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
+
+
+@contextlib.contextmanager
+def reporting_write_failures(target: Path, partial: Path, after: str):
+    """Inside: a failed write into ``target`` (being written to ``partial``) removes ``partial`` and raises one
+    :class:`WriteError` line: ``cannot write <target>: <cause>; <after>``. Other errors pass (``partial`` removed)."""
+    try:
+        yield
+    except Exception as error:
+        cause = write_failure_cause(error, partial)  # before the removal: the disk is still as the write found it
+        shutil.rmtree(partial, ignore_errors=True)
+        if cause is None:
+            raise
+        raise WriteError(f"cannot write {target}: {cause}; {after}") from error
+
+
 def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> Path:
     """Model, optimizer, scheduler and RNG states (Accelerate) plus our trainer state (step, data position,
     best score, history) and a manifest of their sizes and checksums, written to a temporary folder and renamed:
-    a kill mid-save leaves no half checkpoint, and a file damaged later is found on resume."""
+    a kill mid-save leaves no half checkpoint, and a file damaged later is found on resume. A failed write
+    (full disk) removes the temporary folder and raises :class:`WriteError`; the earlier checkpoints stay.
+    ``limit``: keep that many checkpoints (0: delete none)."""
     final = output_dir / CHECKPOINTS / f"step-{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
-    if accelerator.is_main_process:
-        shutil.rmtree(staging, ignore_errors=True)
+    if accelerator.is_main_process:  # a save killed midway leaves its .tmp: it may be what fills the disk
+        for stale in (output_dir / CHECKPOINTS).glob("step-*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(staging))
-    accelerator.wait_for_everyone()
+    earlier = next(iter(list_checkpoints(output_dir)), None)
+    after = (
+        f"the partial copy is removed and the newest checkpoint, {earlier}, is untouched: free space, then "
+        f"continue with --resume"
+        if earlier is not None
+        else "the partial copy is removed; this run has no checkpoint on disk yet"
+    )
+    with reporting_write_failures(final, staging, after):
+        accelerator.save_state(str(staging))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (staging / TRAINER_STATE).write_text(json.dumps(state), encoding="utf-8")
+            write_manifest(staging)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(staging, final)
     if accelerator.is_main_process:
-        (staging / TRAINER_STATE).write_text(json.dumps(state), encoding="utf-8")
-        write_manifest(staging)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(staging, final)
         release_previous_run(output_dir)  # the new run now has a checkpoint: the run it replaced can go
         older = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))[:-limit] if limit else []
         for path in older:
@@ -277,8 +447,20 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
 
 
 def load_checkpoint(accelerator, checkpoint: Path) -> dict:
-    """Restore a verified checkpoint into the prepared objects; returns its trainer state."""
+    """Restore a verified checkpoint into the prepared objects; returns its trainer state.
+
+    Every pickle-format file is first read with ``weights_only=True`` (memory-mapped, so the tensors are not
+    read): Accelerate unpickles some of them fully (``custom_checkpoint_*.pkl``, and every file in older
+    Accelerate releases), which would run any code a crafted file holds. The RNG state is then set again here,
+    so a part that Accelerate could not restore (it only logs that at INFO) stops the resume."""
     state = read_trainer_state(checkpoint)
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix in PICKLE_SUFFIXES:
+            try:
+                _check_tensors_only(path)
+            except Exception as error:  # noqa: BLE001 - damaged or refused: either way it must not be loaded
+                problem = _unreadable(path, error)
+                raise ValueError(f"--resume: checkpoint {checkpoint} cannot be used: {problem}") from None
     try:
         accelerator.load_state(str(checkpoint))
     except Exception as error:
@@ -286,7 +468,24 @@ def load_checkpoint(accelerator, checkpoint: Path) -> dict:
             f"--resume: cannot load checkpoint {checkpoint} ({type(error).__name__}: "
             f"{str(error).splitlines()[0][:300]}); resume with the settings it was saved with"
         ) from error
+    rng_path = checkpoint / f"random_states_{accelerator.process_index}.pkl"
+    try:
+        _restore_rng(load_tensors(rng_path), generators=accelerator.device.type)
+    except Exception as error:  # noqa: BLE001 - a part of the RNG state that does not restore ends the resume
+        raise ValueError(
+            f"--resume: checkpoint {checkpoint} cannot be resumed exactly: {_rng_problem(rng_path, error)}; "
+            f"resume from an earlier one (--resume {checkpoint.parent}/step-NNNNNNN) or start again with --overwrite"
+        ) from None
     return state
+
+
+def _check_tensors_only(path: Path) -> None:
+    try:
+        load_tensors(path, mmap=True)
+    except RuntimeError as error:  # mmap needs the zip format; a file of torch's legacy format is read whole
+        if "mmap" not in str(error):
+            raise
+        load_tensors(path)
 
 
 class RunFolder:
@@ -322,10 +521,14 @@ class RunFolder:
     def save_checkpoint(self, state: dict, limit: int) -> Path:
         return save_checkpoint(self.accelerator, self.output_dir, state, limit)
 
-    def finish(self) -> None:
-        """The run has exported its result: the run it replaced can go."""
+    def finish(self, drop: Path | None = None) -> None:
+        """The run has exported its result: the run it replaced can go, and so can the checkpoint ``drop`` (the
+        text trainer's last step, kept only until the export is written)."""
         if self.accelerator.is_main_process:
             release_previous_run(self.output_dir)
+            if drop is not None and drop.resolve().parent == self.checkpoints.resolve():  # never another run's
+                shutil.rmtree(drop, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
 
     @contextlib.contextmanager
     def restore_on_failure(self):

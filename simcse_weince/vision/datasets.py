@@ -148,8 +148,10 @@ class ImageNet32(Dataset):
     @staticmethod
     def _read_batch(path: Path) -> dict:
         if path.suffix == ".npz":
-            with np.load(path) as batch:
+            with np.load(path, allow_pickle=False) as batch:
                 return {"data": batch["data"], "labels": batch["labels"]}
+        # the format of these batches is a pickle (unpickling runs any code a file holds): docs/vision.md says
+        # to use only batches downloaded from image-net.org, or the .npz variant
         with open(path, "rb") as handle:
             return pickle.load(handle)
 
