@@ -533,7 +533,16 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
     for (name, seed), config in progress:
         progress.set_postfix_str(f"{name} seed {seed}")
-        results = task.run_cell(config)
+        try:
+            results = task.run_cell(config)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell saved a checkpoint at the step it stopped
+            progress.close()
+            logger.warning(
+                "compare stopped in cell %s: run the same compare command again to continue (finished cells are "
+                "read, the stopped one resumes from its checkpoint)",
+                config.output_dir,
+            )
+            raise
         runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
                      **task.read_metrics(results)})  # fmt: skip
         curves[name, seed] = results.get("evaluations") or []
