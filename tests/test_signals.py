@@ -82,7 +82,8 @@ def test_sigterm_stops_train_with_a_checkpoint_and_exit_143_and_resume_continues
 def test_sigterm_stops_a_compare_cell_with_a_checkpoint_and_the_same_command_resumes_it(text_setup):
     root, flags = text_setup
     sweep = root / "sweep"
-    args = ["compare", "--preset", "cpu-demo", "--losses", "infonce", "--seeds", "1", *flags, "--output-dir", str(sweep)]
+    args = ["compare", "--preset", "cpu-demo", "--losses", "infonce", "--seeds", "1", *flags, "--output-dir",
+            str(sweep)]  # fmt: skip
     cell = sweep / "infonce" / "seed-1"
     stderr = _sigterm_after_two_steps(cli_command(*args), cell)
     stopped_at = _signal_checkpoint(cell, stderr)
