@@ -5,8 +5,9 @@ A *variant* is data: a name and the overrides it applies to a base :class:`~simc
 ``<output_dir>/<variant>/seed-<s>/``; runs with the same seed share data order, initialisation and the dropout
 masks of step 0 (the trainer seeds them), so the differences between variants are paired by seed. A finished cell
 (``results.json``) is read, not retrained; a started one (``training_config.yaml``) is resumed; so a killed sweep
-finishes when the same call runs again. The summary goes to ``comparison.json``, ``comparison.md`` (a table to
-paste into a README) and ``comparison.png``.
+finishes when the same call runs again. Before the first cell trains, every cell is checked (:func:`check_cell`): a
+finished one is read only if the settings and the data fingerprint recorded in its ``results.json`` are the cell's.
+The summary goes to ``comparison.json``, ``comparison.md`` (a table to paste into a README) and ``comparison.png``.
 
 Example::
 

@@ -3,8 +3,9 @@ summarise the paired differences.
 
 Each variant is a set of overrides of the base config (the preset, ``--config FILE`` and the flags, as for
 ``train``); each cell is an ordinary run in ``DIR/<variant>/seed-<s>``. Running the same command again skips the
-finished cells and resumes an interrupted one. Results: ``DIR/comparison.json``, ``comparison.md``,
-``comparison.png``.
+finished cells and resumes an interrupted one (Ctrl-C or SIGTERM saves a checkpoint first); a finished cell is
+reused only under the same settings and training data, checked for every cell before any trains. Results:
+``DIR/comparison.json``, ``comparison.md``, ``comparison.png``.
 """
 
 from __future__ import annotations
