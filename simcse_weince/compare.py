@@ -293,11 +293,18 @@ def run_cell(config, state: CellState | None = None) -> dict:
         return state.results
     from simcse_weince.text.train import train
 
+    fingerprint = text_data_fingerprint(config)  # now, as the cell reads it (a cache hit when nothing changed)
+    if state.fingerprint is not None and fingerprint["sha256"] != state.fingerprint["sha256"]:
+        raise ValueError(
+            f"the training file {fingerprint['path']} changed while the comparison ran (sha256 "
+            f"{state.fingerprint['sha256'][:12]} when it started, {fingerprint['sha256'][:12]} now): the cells "
+            f"trained so far used the earlier content; restore it, or compare in another --output-dir"
+        )
     if state.started:
         logger.info("%s was interrupted; resuming it", config.output_dir)
     results = train(config, resume=True if state.started else None)
     if results:  # the main process
-        results["data_fingerprint"] = state.fingerprint
+        results["data_fingerprint"] = fingerprint
         _write_results(Path(config.output_dir), results)
     return results
 

@@ -682,3 +682,16 @@ def test_compare_api_checks_every_seed_before_the_first_cell_trains(world, tmp_p
     with pytest.raises(ValueError, match=r"variant 'infonce', seed -1: seed must be an integer in \[0, 2\*\*32\)"):
         compare(base, {"infonce": {"loss": "infonce"}}, [1, -1], tmp_path / "sweep")
     assert not (tmp_path / "sweep" / "infonce" / "seed-1").exists()
+
+
+def test_a_cell_refuses_to_train_when_the_training_file_changed_since_the_comparison_started(world, tmp_path):
+    from simcse_weince.compare import CellState, file_fingerprint, run_cell
+
+    config = preset(
+        "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2,
+        eval_steps=0, final_evaluation=False, report_to=["csv"], output_dir=str(tmp_path / "cell"),
+    )  # fmt: skip
+    at_start = {**file_fingerprint(world["train_file"]), "sha256": "0" * 64}  # as if the file had other content
+    with pytest.raises(ValueError, match="changed while the comparison ran"):
+        run_cell(config, CellState(results=None, started=False, fingerprint=at_start))
+    assert not (tmp_path / "cell").exists()
