@@ -41,6 +41,7 @@ COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/inf
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
+SIGNALS, COMPARE = "simcse_weince/training/signals.py", "simcse_weince/compare.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -248,7 +249,7 @@ MUTATIONS = (
     ),
     Mutation(
         "vision compare: a finished cell is trained again", "simcse_weince/compare.py",
-        (("    results = _read_finished(folder)\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
+        (("    results = state.results\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
           "    results = None\n    if results is not None:\n        return results\n    from simcse_weince.training.runs"),),  # noqa: E501
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a rerun of a sweep must train only the missing cells",
     ),
@@ -295,6 +296,64 @@ MUTATIONS = (
         (("hides nothing from this: the RNG state must restore\n    return problems or _rng_state_problems(checkpoint)",
           "hides nothing from this: the RNG state must restore\n    return problems"),),
         (TRUST, "-k", "rng"), "issue 24.6: Accelerate logs a failed RNG restore at INFO and resumes",
+    ),
+    # ---- issue 24: signals, compare, inputs
+    Mutation(
+        "trust B/signals: the training loop leaves SIGTERM alone (no checkpoint)", SIGNALS,
+        (("STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)", "STOP_SIGNALS = (signal.SIGINT,)"),),
+        ("tests/test_signals.py", "-k", "stops_train"), "issue 24.2: SIGTERM lost every step since the last checkpoint",
+    ),
+    Mutation(
+        "trust B/signals: every interruption exits 130", SIGNALS,
+        (('return 128 + getattr(interruption, "signum", int(signal.SIGINT))', "return 130"),),
+        ("tests/test_signals.py", "-k", "stops_train"), "issue 24.2: SIGTERM's conventional exit code is 143",
+    ),
+    Mutation(
+        "trust B/compare: the settings in a finished cell's results.json are not checked", COMPARE,
+        (('        differences.update(_differences(config, recorded, results.get("not_applied")))\n', "        pass\n"),),  # noqa: E501
+        ("tests/test_bad_inputs.py", "-k", "without_its_training_config"),
+        "issue 24.3: a cell without training_config.yaml was reused under other settings",
+    ),
+    Mutation(
+        "trust B/compare: the training file's fingerprint is not compared", COMPARE,
+        (("            if old != new:\n", "            if False:\n"),),
+        ("tests/test_bad_inputs.py", "-k", "training_file_changed"),
+        "issue 24.3: new content at the same path went unnoticed",
+    ),
+    Mutation(
+        "trust B/compare: a results.json of {} counts as a finished cell", COMPARE,
+        (('        return "it is empty ({})"\n', "        return None\n"),),
+        ("tests/test_bad_inputs.py", "-k", "not_a_result"), "issue 24.3: the seed silently dropped out of the pairs",
+    ),
+    Mutation(
+        "trust B/compare: each cell is checked only when its turn comes", COMPARE,
+        (("    states = {cell: check_cell(config, task) for cell, config in order}",
+          "    states = dict.fromkeys(configs)"),),
+        ("tests/test_bad_inputs.py", "-k", "every_cell_before"), "issue 24: validate before the first cell trains",
+    ),
+    Mutation(
+        "trust B/inputs: --seeds 1,,2 read as 1,2", "simcse_weince/compare_cli.py",
+        (('    parts = [part.strip() for part in text.split(",")]\n',
+          '    parts = [part.strip() for part in text.split(",") if part.strip()]\n'),),
+        ("tests/test_bad_inputs.py", "-k", "seeds_are_checked"), "issue 24.5: an empty item was silently skipped",
+    ),
+    Mutation(
+        "trust B/inputs: a text seed is not range-checked (compare fails at the first set_seed)",
+        "simcse_weince/text/config.py",
+        (("        if not 0 <= self.seed < 2**32:", "        if False:"),),
+        ("tests/test_bad_inputs.py", "-k", "api_checks_every_seed"),
+        "issue 24.5: --seeds 1,-1 trained every seed-1 cell first",
+    ),
+    Mutation(
+        "trust B/inputs: a line of zero-width characters counts as a sentence", "simcse_weince/text/data.py",
+        (('[has_visible_character(text) for text in batch["text"]]', '[bool(text.strip()) for text in batch["text"]]'),),  # noqa: E501
+        ("tests/test_bad_inputs.py", "-k", "zero-width or visible"), "issue 24.5: U+200B lines trained as empty",
+    ),
+    Mutation(
+        "trust B/inputs: a FIFO, folder or socket as --train-file reported as not found", "simcse_weince/text/data.py",
+        (('    for candidate in candidates:\n        check_regular_file(candidate, "training file")\n', ""),),
+        ("tests/test_bad_inputs.py", "-k", "fifo-train or socket-train or directory-train"),
+        "issue 24.5: the message must say what the path is",
     ),
 )
 

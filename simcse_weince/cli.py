@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run a sub-command; returns the exit code: 0, 1 for an error (one line on stderr), 2 for bad usage.
+    """Run a sub-command; returns the exit code: 0, 1 for an error (one line on stderr), 2 for bad usage, 130 for
+    Ctrl-C and 143 for SIGTERM (128 + the signal's number; a training loop saves a checkpoint first).
 
     ``--debug`` (anywhere on the command line) or SIMCSE_WEINCE_DEBUG=1 shows the traceback instead.
     """
@@ -57,11 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from simcse_weince.training.signals import exit_code, sigterm_interrupts
+
     try:
-        result = args.func(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        with sigterm_interrupts():  # batch schedulers stop jobs with SIGTERM: handled as Ctrl-C
+            result = args.func(args)
+    except KeyboardInterrupt as interruption:  # Ctrl-C or SIGTERM; a training loop saved a checkpoint first
+        code = exit_code(interruption)
+        print("interrupted" + (f" by {interruption}" if code != 130 else ""), file=sys.stderr)
+        return code
     except Exception as error:
         if debug:
             raise

@@ -5,8 +5,9 @@ A *variant* is data: a name and the overrides it applies to a base :class:`~simc
 ``<output_dir>/<variant>/seed-<s>/``; runs with the same seed share data order, initialisation and the dropout
 masks of step 0 (the trainer seeds them), so the differences between variants are paired by seed. A finished cell
 (``results.json``) is read, not retrained; a started one (``training_config.yaml``) is resumed; so a killed sweep
-finishes when the same call runs again. The summary goes to ``comparison.json``, ``comparison.md`` (a table to
-paste into a README) and ``comparison.png``.
+finishes when the same call runs again. Before the first cell trains, every cell is checked (:func:`check_cell`): a
+finished one is read only if the settings and the data fingerprint recorded in its ``results.json`` are the cell's.
+The summary goes to ``comparison.json``, ``comparison.md`` (a table to paste into a README) and ``comparison.png``.
 
 Example::
 
@@ -106,55 +107,211 @@ def cell_configs(base, variants: dict[str, dict], seeds: list[int], output_dir) 
         except (TypeError, ValueError) as error:
             raise ValueError(f"variant {name!r}: {error}") from None
         for seed in seeds:
-            configs[name, seed] = apply_overrides(
-                variant_config, {"seed": seed, "output_dir": str(cell_dir(output_dir, name, seed))}
-            )
+            try:
+                configs[name, seed] = apply_overrides(
+                    variant_config, {"seed": seed, "output_dir": str(cell_dir(output_dir, name, seed))}
+                )
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"variant {name!r}, seed {seed}: {error}") from None
     return configs
 
 
-def _read_finished(folder: Path) -> dict | None:
-    """A cell's results.json, or None when the cell has not finished (a half-written file counts as not)."""
+@dataclass(frozen=True)
+class CellState:
+    """What a cell's folder holds, checked against the cell's settings by :func:`check_cell`."""
+
+    results: dict | None  # a finished cell's results (reused as they are); None: the cell trains
+    started: bool  # training_config.yaml is there: the cell resumes from its newest checkpoint
+    fingerprint: dict | None  # the cell's training data (text: path, size, sha256 of the file); None: not checked
+
+
+#: sha256 of the training files hashed by this compare() call: (path, size, mtime, inode) -> hex digest
+_DIGESTS: dict[tuple, str] = {}
+
+
+def file_fingerprint(path) -> dict:
+    """``{"path", "size", "sha256"}`` of a file: what a finished cell records of its training data."""
+    import hashlib
+
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
+
+
+def text_data_fingerprint(config, *, download: bool = True) -> dict:
+    """The fingerprint of a text cell's training file, resolved as ``train`` resolves it."""
+    from simcse_weince.text.data import resolve_train_file
+
+    return file_fingerprint(resolve_train_file(config, download=download))
+
+
+def vision_data_fingerprint(config, *, download: bool = True) -> None:
+    """None: the vision data sets are built in (torchvision, scikit-learn, FakeData) and named by the cell's
+    settings (dataset, data_dir, train_size), which are compared; there is no file of the cell's own to hash."""
+    return None
+
+
+def _setting(config, name: str):
+    if name.startswith("weince."):
+        return getattr(config.weince, name.removeprefix("weince."))
+    return getattr(config, name)
+
+
+def _show(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+#: settings that do not make a cell: a sweep folder that was moved, or restored from an archive, holds the same cells
+NOT_CELL_SETTINGS = ("output_dir",)
+
+
+def _differences(config, recorded, not_applied: dict | None = None) -> dict[str, str]:
+    """``name -> "name: old != new"`` for each setting in which ``config`` differs from the ``recorded`` one."""
+    names = [name for name in changed_settings(config, recorded) if name not in NOT_CELL_SETTINGS]
+    if "report_to" in names and "report_to" in (not_applied or {}):
+        # TensorBoard was not installed: results.json records the trackers that ran, not the ones asked for
+        if [name for name in config.report_to if name != "tensorboard"] == list(recorded.report_to):
+            names.remove("report_to")
+    return {name: f"{name}: {_show(_setting(recorded, name))} != {_show(_setting(config, name))}" for name in names}
+
+
+def _recorded_config(config, values: dict):
+    """The settings a cell recorded, as a config of ``config``'s class (earlier releases' names read too)."""
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+
+    aliases = DEPRECATED_NAMES if isinstance(config, VisionTrainConfig) else None
+    return apply_overrides(type(config)(), values, aliases)
+
+
+def _read_finished(folder: Path, config, task: Task) -> dict | None:
+    """A cell's results.json when it is a valid result of ``task``; None when the cell has not finished. A file
+    that is not a valid result (half-written, not UTF-8, not a JSON object, no settings or scores) is named in a
+    warning and the cell counts as unfinished: it is trained (or resumed) again."""
     results_file = folder / "results.json"
     if not results_file.is_file():
         return None
+    problem = None
     try:
         results = json.loads(results_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:  # killed while writing it: finish the run again from its last checkpoint
-        logger.warning("%s is unreadable; resuming the run", results_file)
+    except UnicodeDecodeError as error:
+        problem = f"not UTF-8 text (invalid byte at offset {error.start})"
+    except json.JSONDecodeError as error:  # e.g. killed while writing it
+        problem = f"not valid JSON ({error.msg} at line {error.lineno})"
+    else:
+        problem = _invalid_result(results, config, task)
+    if problem is not None:
+        logger.warning("%s is not a valid result: %s; the cell is trained again", results_file, problem)
         return None
-    logger.info("%s is finished; reading its results", folder)
     return results
 
 
-def _check_same_cell(config) -> bool:
-    """True when the folder already holds this very cell (a rerun must not silently mix settings)."""
-    saved = Path(config.output_dir) / CONFIG_FILE
-    if not saved.is_file():
-        return False
-    # output_dir may differ: a sweep folder that was moved, or restored from an archive, holds the same cells
-    changed = [name for name in changed_settings(config, load_config(type(config), saved)) if name != "output_dir"]
-    if changed:
+def _invalid_result(results, config, task: Task) -> str | None:
+    """Why ``results`` is not the results.json of a finished ``task`` cell (None when it is)."""
+    if not isinstance(results, dict):
+        return f"it holds a JSON {'array' if isinstance(results, list) else type(results).__name__}, not an object"
+    if not results:
+        return "it is empty ({})"
+    if not isinstance(results.get("config"), dict):
+        return "it records no settings ('config')"
+    if not isinstance(results.get("history"), list):
+        return "it records no training history ('history')"
+    try:
+        _recorded_config(config, results["config"])
+        task.read_metrics(results)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def check_cell(config, task: Task | None = None) -> CellState:
+    """A cell's folder checked against the cell's settings; :func:`compare` checks every cell before the first
+    one trains.
+
+    A finished cell (a valid results.json) is reused only when the settings recorded in its results.json (and in
+    its training_config.yaml, when there is one) are the cell's, and, for text cells, when its training file
+    still has the recorded size and sha256; a started one (training_config.yaml) resumes only under the cell's
+    settings. Otherwise ValueError names the cell and each differing setting. A results.json written before
+    fingerprints were recorded is reused with a warning (the data cannot be checked); so is a finished cell whose
+    training file is not here (restored from an archive to be read).
+    """
+    task = task or task_for(config)
+    folder = Path(config.output_dir)
+    differences, started = {}, (folder / CONFIG_FILE).is_file()
+    if started:
+        differences.update(_differences(config, load_config(type(config), folder / CONFIG_FILE)))
+    results = _read_finished(folder, config, task)
+    fingerprint = None
+    if results is None:
+        fingerprint = task.data_fingerprint(config)  # a missing training file fails here, before any cell trains
+    else:
+        recorded = _recorded_config(config, results["config"])
+        differences.update(_differences(config, recorded, results.get("not_applied")))
+        try:
+            fingerprint = task.data_fingerprint(config, download=False)
+        except (OSError, ValueError) as error:
+            logger.warning("cannot check the training data of %s (%s); reusing it: its settings match", folder,
+                           error)  # fmt: skip
+        saved = results.get("data_fingerprint")
+        if fingerprint is not None and not (isinstance(saved, dict) and {"size", "sha256"} <= set(saved)):
+            logger.warning("%s records no data fingerprint (written by an earlier version): its training data "
+                           "cannot be checked; reusing it, its settings match", folder / "results.json")  # fmt: skip
+        elif fingerprint is not None:
+            old, new = (saved["size"], str(saved["sha256"])), (fingerprint["size"], fingerprint["sha256"])
+            if old != new:
+                differences["training data"] = (
+                    f"training data {fingerprint['path']}: {old[0]} bytes, sha256 {old[1][:12]} != {new[0]} bytes, "
+                    f"sha256 {new[1][:12]}"
+                )
+    if differences:
         raise ValueError(
-            f"{config.output_dir} holds a run with other settings ({', '.join(changed)}); use another output directory"
+            f"cell {folder} was {'trained' if results is not None else 'started'} with different settings: "
+            f"{', '.join(differences.values())}; use another --output-dir, or delete {folder} to train the cell again"
         )
-    return True
-
-
-def run_cell(config) -> dict:
-    """Train one text cell, or read / resume it: results.json -> read; training_config.yaml -> resume; else fresh."""
-    started = _check_same_cell(config)
-    results = _read_finished(Path(config.output_dir))
     if results is not None:
-        return results
+        logger.info("%s is finished; reading its results", folder)
+    return CellState(results, started, fingerprint)
+
+
+def _write_results(folder: Path, results: dict) -> None:
+    """results.json, atomically: a cell killed while writing it keeps no half file."""
+    staging = folder / "results.json.tmp"
+    staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    staging.replace(folder / "results.json")
+
+
+def run_cell(config, state: CellState | None = None) -> dict:
+    """Train one text cell, or read / resume it (see :func:`check_cell`): finished -> read; started -> resume;
+    else fresh. The cell's results.json records its settings and ``data_fingerprint`` (path, size and sha256 of
+    the training file), which a rerun checks before reusing the cell."""
+    state = state or check_cell(config, TEXT_TASK)
+    if state.results is not None:
+        return state.results
     from simcse_weince.text.train import train
 
-    if started:
+    fingerprint = text_data_fingerprint(config)  # now, as the cell reads it (a cache hit when nothing changed)
+    if state.fingerprint is not None and fingerprint["sha256"] != state.fingerprint["sha256"]:
+        raise ValueError(
+            f"the training file {fingerprint['path']} changed while the comparison ran (sha256 "
+            f"{state.fingerprint['sha256'][:12]} when it started, {fingerprint['sha256'][:12]} now): the cells "
+            f"trained so far used the earlier content; restore it, or compare in another --output-dir"
+        )
+    if state.started:
         logger.info("%s was interrupted; resuming it", config.output_dir)
-        return train(config, resume=True)
-    return train(config)
+    results = train(config, resume=True if state.started else None)
+    if results:  # the main process
+        results["data_fingerprint"] = fingerprint
+        _write_results(Path(config.output_dir), results)
+    return results
 
 
-def run_vision_cell(config) -> dict:
+def run_vision_cell(config, state: CellState | None = None) -> dict:
     """Pretrain one vision cell (or read / resume it, as :func:`run_cell`), then evaluate its last checkpoint.
 
     The cell's ``results.json`` holds the config, the step, the training history (loss and λ statistics) and the
@@ -162,18 +319,18 @@ def run_vision_cell(config) -> dict:
     :data:`VISION_KNN_KS`, linear probe over 3 probe seeds). It is written last, atomically: a cell killed during
     its evaluation resumes at its final checkpoint and only evaluates again.
     """
-    started = _check_same_cell(config)
+    state = state or check_cell(config, VISION_TASK)
     folder = Path(config.output_dir)
-    results = _read_finished(folder)
+    results = state.results
     if results is not None:
         return results
     from simcse_weince.training.runs import read_trainer_state
     from simcse_weince.vision.evaluate import evaluate_checkpoint
     from simcse_weince.vision.train import train
 
-    if started:
+    if state.started:
         logger.info("%s was interrupted; resuming it", folder)
-    run = train(config, resume=True if started else None)
+    run = train(config, resume=True if state.started else None)
     state = read_trainer_state(Path(run["checkpoint"]))
     evaluation = evaluate_checkpoint(run["checkpoint"], ks=VISION_KNN_KS)
     results = {
@@ -185,9 +342,7 @@ def run_vision_cell(config) -> dict:
         "evaluation": evaluation,
         "versions": versions(),  # the training code's commit too: a re-summary reads it, never rewrites it
     }
-    staging = folder / "results.json.tmp"
-    staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
-    staging.replace(folder / "results.json")
+    _write_results(folder, results)
     return results
 
 
@@ -216,16 +371,18 @@ class Task:
     """What one kind of cell runs and which of its numbers are compared."""
 
     name: str
-    run_cell: Callable[[object], dict]  # config -> the cell's results (trained, resumed or read)
+    run_cell: Callable[..., dict]  # (config, CellState) -> the cell's results (trained, resumed or read)
     read_metrics: Callable[[dict], dict]  # results -> {metric: value}
     metric_labels: dict[str, str]  # the compared metrics, in table order
     deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
     dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
+    data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
 
 
-TEXT_TASK = Task("text", run_cell, run_metrics, METRIC_LABELS, ("stsb_test",), "stsb_dev_spearman")
+TEXT_TASK = Task("text", run_cell, run_metrics, METRIC_LABELS, ("stsb_test",), "stsb_dev_spearman",
+                 text_data_fingerprint)  # fmt: skip
 VISION_TASK = Task("vision", run_vision_cell, vision_run_metrics, VISION_METRIC_LABELS, ("knn@20", "linear_probe"),
-                   None)  # fmt: skip
+                   None, vision_data_fingerprint)  # fmt: skip
 
 
 def task_for(config) -> Task:
@@ -517,14 +674,24 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     task = task_for(base)
     output_dir = Path(output_dir).expanduser()
     configs = cell_configs(base, variants, seeds, output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    runs, curves, lambda_histories, cell_seconds = [], {}, {}, 0.0
     # seed by seed (every variant of seed 1, then of seed 2, ...): a sweep stopped early holds complete pairs
     order = sorted(configs.items(), key=lambda cell: (seeds.index(cell[0][1]), list(variants).index(cell[0][0])))
+    _DIGESTS.clear()  # a training file may have changed since the last call in this process
+    states = {cell: check_cell(config, task) for cell, config in order}  # every cell, before the first one trains
+    output_dir.mkdir(parents=True, exist_ok=True)
+    runs, curves, lambda_histories, cell_seconds = [], {}, {}, 0.0
     progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
     for (name, seed), config in progress:
         progress.set_postfix_str(f"{name} seed {seed}")
-        results = task.run_cell(config)
+        try:
+            results = task.run_cell(config, states[name, seed])
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell saved a checkpoint at the step it stopped
+            progress.close()
+            logger.warning(
+                "compare stopped in cell %s: run the same compare command again to continue (finished cells are "
+                "read, the stopped one resumes from its checkpoint)", config.output_dir,
+            )  # fmt: skip
+            raise
         runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
                      # the commit that trained the cell (its results.json's), not the summarising checkout's
                      "training_commit": (results.get("versions") or {}).get("git_commit"),

@@ -3,8 +3,9 @@ summarise the paired differences.
 
 Each variant is a set of overrides of the base config (the preset, ``--config FILE`` and the flags, as for
 ``train``); each cell is an ordinary run in ``DIR/<variant>/seed-<s>``. Running the same command again skips the
-finished cells and resumes an interrupted one. Results: ``DIR/comparison.json``, ``comparison.md``,
-``comparison.png``.
+finished cells and resumes an interrupted one (Ctrl-C or SIGTERM saves a checkpoint first); a finished cell is
+reused only under the same settings and training data, checked for every cell before any trains. Results:
+``DIR/comparison.json``, ``comparison.md``, ``comparison.png``.
 """
 
 from __future__ import annotations
@@ -107,12 +108,21 @@ def select_variants(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def parse_seeds(text: str) -> list[int]:
+    """The seeds of ``--seeds 1,2,3``, every one checked before any cell trains (an empty item is a typo, not a
+    separator to skip)."""
+    parts = [part.strip() for part in text.split(",")]
+    if "" in parts:
+        raise ValueError(f"--seeds {text!r} has an empty item (item {parts.index('') + 1}); give comma-separated "
+                         f"integers, e.g. 1,2,3")  # fmt: skip
     try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
+        seeds = [int(part) for part in parts]
     except ValueError:
         raise ValueError(f"--seeds must be comma-separated integers, got {text!r}") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must name at least one seed, each once, got {text!r}")
+    negative = [seed for seed in seeds if seed < 0]
+    if negative:
+        raise ValueError(f"--seeds must be integers >= 0, got {negative[0]} in {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds must name each seed once, got {text!r}")
     return seeds
 
 

@@ -10,11 +10,13 @@ import codecs
 import dataclasses
 import math
 import os
+import stat
 import types
 import typing
+import unicodedata
 from pathlib import Path
 
-__all__ = ["check_field_types", "check_utf8_text_file"]
+__all__ = ["check_field_types", "check_regular_file", "check_utf8_text_file", "has_visible_character"]
 
 
 def describe_type(hint) -> str:
@@ -103,3 +105,42 @@ def check_utf8_text_file(path: str | os.PathLike, what: str = "file") -> None:
             if final:
                 return
             offset += len(chunk)
+
+
+def not_a_regular_file(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists but is not a regular file (``"a directory"``, ``"a FIFO (named pipe)"``,
+    ``"a socket"``, ...); None for a regular file or nothing at all. Only stats the path: a FIFO is never opened
+    (that would wait for a writer)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in kinds if test(mode)), "not a regular file")
+
+
+def check_regular_file(path: str | os.PathLike, what: str = "file") -> None:
+    """Raise ValueError naming what ``path`` is when it exists but is not a regular file (the text readers read a
+    file twice, and a pipe or a folder would be reported as missing or block)."""
+    kind = not_a_regular_file(path)
+    if kind is not None:
+        raise ValueError(f"{what} {path} is {kind}, not a regular file; give a text file with one sentence per line")
+
+
+#: Unicode categories that draw nothing: separators (Z*) and control, format (U+200B, U+FEFF, ...), surrogate,
+#: private-use and unassigned code points (C*)
+_INVISIBLE_CATEGORIES = ("Z", "C")
+
+
+def has_visible_character(text: str) -> bool:
+    """Whether a line holds a character that is seen: not whitespace and not a zero-width or other format
+    character (U+200B ZERO WIDTH SPACE, U+FEFF BYTE ORDER MARK, U+2060 WORD JOINER, ...). ``str.strip()`` keeps
+    those, so a line of them would be trained on as an empty sentence.
+
+    >>> has_visible_character("\u200b\ufeff "), has_visible_character("\u200bword")
+    (False, True)
+    """
+    return any(not char.isspace() and unicodedata.category(char)[0] not in _INVISIBLE_CATEGORIES for char in text)

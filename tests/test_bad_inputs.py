@@ -12,7 +12,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shutil
+import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,9 +63,13 @@ def world(tmp_path_factory, data_dir):
         "list.yaml": b"- batch_size\n- 16\n",
         "unknown.yaml": b"batch_sise: 16\n",
         "sentences.txt": "\n".join(f"sentence number {i}" for i in range(20)).encode(),
+        "zero-width": "\u200b\n\ufeff\n \u200b\ufeff\t\n\u2060\n".encode() * 10,  # 40 lines, nothing visible
     }
     for name, content in files.items():
         (root / name).write_bytes(content)
+    os.mkfifo(root / "fifo")  # opening it would wait for a writer: it must only be stat'ed
+    with socket.socket(socket.AF_UNIX) as unix_socket:  # the socket file stays after the socket is closed
+        unix_socket.bind(str(root / "socket"))
     (root / "folder").mkdir()
     (root / "not-a-model").mkdir()
     (root / "empty-data").mkdir()
@@ -113,6 +119,14 @@ CASES = [
       expect="training file not found"),
     T("overwrite-empty-train-file", "--train-file", "{root}/empty", "--output-dir", "{run}", "--overwrite",
       expect="empty is empty"),
+    T("overwrite-zero-width-train-file", "--train-file", "{root}/zero-width", "--output-dir", "{run}", "--overwrite",
+      expect="holds no sentences (40 lines without a visible character"),
+    T("overwrite-fifo-train-file", "--train-file", "{root}/fifo", "--output-dir", "{run}", "--overwrite",
+      expect="training file {root}/fifo is a FIFO (named pipe), not a regular file"),
+    T("overwrite-directory-train-file", "--train-file", "{root}/folder", "--output-dir", "{run}", "--overwrite",
+      expect="training file {root}/folder is a directory, not a regular file"),
+    T("overwrite-socket-train-file", "--train-file", "{root}/socket", "--output-dir", "{run}", "--overwrite",
+      expect="training file {root}/socket is a socket, not a regular file"),
     T("overwrite-too-few-sentences", "--train-file", "{root}/few", "--output-dir", "{run}", "--overwrite",
       expect="fewer than one batch of 8"),
     T("overwrite-max-length-beyond-model", "--max-length", "1000", "--output-dir", "{run}", "--overwrite",
@@ -306,6 +320,10 @@ API_CASES = [
      "VisionTrainConfig.num_epochs must be an integer"),
     ("load-sentences-latin1", lambda w: __import__("simcse_weince.text.data", fromlist=["x"]).load_sentences(
         w["root"] / "latin1"), ValueError, "invalid byte 0xe9 at byte offset 3"),
+    ("load-sentences-zero-width", lambda w: __import__("simcse_weince.text.data", fromlist=["x"]).load_sentences(
+        w["root"] / "zero-width"), ValueError, "holds no sentences (40 lines without a visible character"),
+    ("load-sentences-fifo", lambda w: __import__("simcse_weince.text.data", fromlist=["x"]).load_sentences(
+        w["root"] / "fifo"), ValueError, "is a FIFO (named pipe), not a regular file"),
     ("read-sentences-binary", lambda w: __import__("simcse_weince.diagnostics", fromlist=["x"]).read_sentences(
         w["root"] / "binary"), ValueError, "binary file"),
     ("read-config-bad-yaml", lambda w: __import__("simcse_weince.config", fromlist=["x"]).read_config_file(
@@ -512,3 +530,168 @@ def test_settings_that_cannot_take_effect_are_recorded_as_not_applied(world, tmp
         == {"weince": "loss=infonce: the WEINCE settings quantile have no effect"}
     )
     assert "WEINCE settings" not in (tmp_path / "run" / "README.md").read_text()
+
+
+def test_lines_without_a_visible_character_are_skipped_and_counted(tmp_path):
+    from simcse_weince.text.data import load_sentences
+
+    path = tmp_path / "mixed.txt"
+    path.write_text("a sentence\n\u200b\n\ufeff\u200b \n\nanother one\n\u200bword\n", encoding="utf-8")
+    sentences, skipped = load_sentences(path)
+    assert sentences["text"] == ["a sentence", "another one", "\u200bword"] and skipped == 3
+
+
+# ------------------------------------------------------------------- compare: a cell is reused only if it is this one
+
+
+def _compare_args(world, sweep, *extra):
+    return [
+        "compare", "--preset", "cpu-demo", "--losses", "infonce", "--seeds", "1,2", "--model", str(world["model"]),
+        "--train-file", str(world["compare_train_file"]), "--pooler", "cls", "--batch-size", "8", "--max-steps", "2",
+        "--eval-steps", "0", "--eval-before-training", "false", "--final-evaluation", "false", "--save-steps", "0",
+        "--report-to", "csv", "--mixed-precision", "no", "--max-length", "16", "--eval-max-length", "16",
+        "--output-dir", str(sweep), *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sweep(world):
+    """A finished 1-variant x 2-seed sweep of 2-step cells; tests work on copies of it."""
+    world["compare_train_file"] = shutil.copy(world["train_file"], world["root"] / "compare-train.txt")
+    folder = world["root"] / "sweep"
+    assert main(_compare_args(world, folder)) == 0
+    return folder
+
+
+def _copy_sweep(sweep, tmp_path) -> Path:
+    copy = tmp_path / "sweep"
+    shutil.copytree(sweep, copy)
+    return copy
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    return line
+
+
+def test_a_finished_cell_records_its_settings_and_data_fingerprint(world, sweep):
+    results = json.loads((sweep / "infonce" / "seed-1" / "results.json").read_text())
+    data = Path(world["compare_train_file"]).read_bytes()
+    assert results["data_fingerprint"] == {"path": str(world["compare_train_file"]), "size": len(data),
+                                           "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+    assert results["config"]["seed"] == 1 and results["config"]["temperature"] == 0.05
+
+
+def test_compare_refuses_a_finished_cell_of_other_settings_without_its_training_config(world, sweep, tmp_path, capsys):
+    """The settings recorded in results.json are checked, not only training_config.yaml's."""
+    copy = _copy_sweep(sweep, tmp_path)
+    for config_file in copy.glob("*/seed-*/training_config.yaml"):
+        config_file.unlink()
+    before = tree_digest(copy)
+    assert main(_compare_args(world, copy, "--temperature", "0.1", "--learning-rate", "2e-3")) == 1
+    line = _one_error_line(capsys)
+    cell = copy / "infonce" / "seed-1"
+    assert (f"cell {cell} was trained with different settings: temperature: 0.05 != 0.1, learning_rate: 3e-05 != "
+            f"0.002; use another --output-dir, or delete {cell} to train the cell again") in line  # fmt: skip
+    assert tree_digest(copy) == before
+
+
+def test_compare_refuses_a_finished_cell_whose_training_file_changed_at_the_same_path(world, sweep, tmp_path, capsys):
+    copy = _copy_sweep(sweep, tmp_path)
+    train_file = Path(world["compare_train_file"])
+    original = train_file.read_bytes()
+    changed = original.replace(b"a", b"e", 1)  # same size: only the hash sees it
+    try:
+        train_file.write_bytes(changed)
+        assert main(_compare_args(world, copy)) == 1
+    finally:
+        train_file.write_bytes(original)
+    line = _one_error_line(capsys)
+    old, new = hashlib.sha256(original).hexdigest()[:12], hashlib.sha256(changed).hexdigest()[:12]
+    assert (f"cell {copy}/infonce/seed-1 was trained with different settings: training data {train_file}: "
+            f"{len(original)} bytes, sha256 {old} != {len(changed)} bytes, sha256 {new}") in line  # fmt: skip
+
+
+def test_compare_checks_every_cell_before_the_first_one_trains(world, sweep, tmp_path, capsys):
+    copy = _copy_sweep(sweep, tmp_path)
+    shutil.rmtree(copy / "infonce" / "seed-1")  # to train; seed-2 (finished, other settings) must stop it first
+    assert main(_compare_args(world, copy, "--temperature", "0.1")) == 1
+    line = _one_error_line(capsys)
+    assert not (copy / "infonce" / "seed-1").exists()  # refused before the first cell trained
+    assert f"cell {copy}/infonce/seed-2 was trained with different settings: temperature: 0.05 != 0.1" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [(b"{}", "it is empty ({})"), (b"[]", "it holds a JSON array, not an object"),
+     (b'{"config": "caf\xe9"}', "not UTF-8 text (invalid byte at offset 15)")],
+    ids=["empty-object", "array", "latin1"],
+)  # fmt: skip
+def test_compare_names_a_cell_file_that_is_not_a_result_and_trains_the_cell_again(
+    world, sweep, tmp_path, caplog, content, problem
+):
+    copy = _copy_sweep(sweep, tmp_path)
+    results_file = copy / "infonce" / "seed-2" / "results.json"
+    results_file.write_bytes(content)
+    kept = (copy / "infonce" / "seed-1" / "results.json").stat().st_mtime_ns
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        assert main(_compare_args(world, copy)) == 0
+    assert f"{results_file} is not a valid result: {problem}; the cell is trained again" in caplog.text
+    retrained = json.loads(results_file.read_text())
+    # the same cell trained again (not a seed dropped from the pairs)
+    finished = json.loads((sweep / "infonce" / "seed-2" / "results.json").read_text())
+    assert retrained["config"] == {**finished["config"], "output_dir": str(results_file.parent)}
+    assert [e["loss"] for e in retrained["history"]] == pytest.approx([e["loss"] for e in finished["history"]])
+    assert (copy / "infonce" / "seed-1" / "results.json").stat().st_mtime_ns == kept
+
+
+def test_compare_reuses_a_finished_cell_without_a_fingerprint_with_a_warning(world, sweep, tmp_path, caplog):
+    """Cells archived before fingerprints were recorded (results/study/*) are still read when their settings match."""
+    copy = _copy_sweep(sweep, tmp_path)
+    for results_file in copy.glob("*/seed-*/results.json"):
+        results = json.loads(results_file.read_text())
+        del results["data_fingerprint"]
+        results_file.write_text(json.dumps(results))
+    before = {path: path.stat().st_mtime_ns for path in copy.glob("*/seed-*/results.json")}
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        assert main(_compare_args(world, copy)) == 0
+    assert f"{copy}/infonce/seed-1/results.json records no data fingerprint" in caplog.text
+    assert {path: path.stat().st_mtime_ns for path in before} == before  # read, not retrained
+
+
+@pytest.mark.parametrize(
+    ("seeds", "expect"),
+    [("1,,2", "--seeds '1,,2' has an empty item (item 2)"), ("1,2,", "--seeds '1,2,' has an empty item (item 3)"),
+     ("1,-1", "--seeds must be integers >= 0, got -1 in '1,-1'")],
+)  # fmt: skip
+def test_compare_seeds_are_checked_before_anything_runs(tmp_path, capsys, seeds, expect):
+    assert main(["compare", "--seeds", seeds, "--output-dir", str(tmp_path / "sweep"), "--print-config"]) == 1
+    assert expect in _one_error_line(capsys)
+
+
+def test_compare_api_checks_every_seed_before_the_first_cell_trains(world, tmp_path):
+    from simcse_weince.compare import compare
+
+    base = preset(
+        "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2,
+        eval_steps=0, final_evaluation=False, report_to=["csv"], max_length=16, eval_max_length=16,
+    )  # fmt: skip
+    with pytest.raises(ValueError) as raised:
+        compare(base, {"infonce": {"loss": "infonce"}}, [1, -1], tmp_path / "sweep")
+    assert not (tmp_path / "sweep" / "infonce" / "seed-1").exists()  # refused before the first cell trained
+    assert "variant 'infonce', seed -1: seed must be an integer in [0, 2**32), got -1" in str(raised.value)
+
+
+def test_a_cell_refuses_to_train_when_the_training_file_changed_since_the_comparison_started(world, tmp_path):
+    from simcse_weince.compare import CellState, file_fingerprint, run_cell
+
+    config = preset(
+        "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2,
+        eval_steps=0, final_evaluation=False, report_to=["csv"], output_dir=str(tmp_path / "cell"),
+    )  # fmt: skip
+    at_start = {**file_fingerprint(world["train_file"]), "sha256": "0" * 64}  # as if the file had other content
+    with pytest.raises(ValueError, match="changed while the comparison ran"):
+        run_cell(config, CellState(results=None, started=False, fingerprint=at_start))
+    assert not (tmp_path / "cell").exists()

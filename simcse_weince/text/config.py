@@ -127,6 +127,8 @@ class TrainConfig:
         for name in ("model", "train_file", "output_dir"):
             if not getattr(self, name).strip():
                 raise ValueError(f"{name} is empty")
+        if not 0 <= self.seed < 2**32:  # what numpy's RNG accepts; checked here, not at the first set_seed
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed}")
         for name in ("eval_steps", "save_steps", "warmup_steps", "num_workers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

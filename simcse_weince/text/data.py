@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
-from simcse_weince.validation import check_utf8_text_file
+from simcse_weince.validation import check_regular_file, check_utf8_text_file, has_visible_character
 
 logger = logging.getLogger(__name__)
 
@@ -19,14 +19,19 @@ HUB_TRAIN_FILES = {"wiki1m_for_simcse.txt": ("princeton-nlp/datasets-for-simcse"
 HEAD_TRAIN_FILES = {"wiki1m_head.txt": ("wiki1m_for_simcse.txt", 11914)}
 
 
-def resolve_train_file(config) -> Path:
-    """The training text file: a path as given, else a name in the data directory (downloaded when online)."""
+def resolve_train_file(config, *, download: bool = True) -> Path:
+    """The training text file: a path as given, else a name in the data directory (downloaded when online and
+    ``download``). A path that exists but is not a regular file (a folder, a FIFO, a socket) is named as what it is."""
     data_dir = resolve_data_dir(config.data_dir)
     given = Path(config.train_file).expanduser()
     candidates = [given] if given.is_absolute() else [given, data_dir / given]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    for candidate in candidates:
+        check_regular_file(candidate, "training file")
+    if not download:
+        raise FileNotFoundError(f"training file not found: {' or '.join(str(candidate) for candidate in candidates)}")
     if config.train_file in HEAD_TRAIN_FILES and not hub_is_offline():
         source_name, num_lines = HEAD_TRAIN_FILES[config.train_file]
         source = _download_train_file(source_name, data_dir)
@@ -58,22 +63,28 @@ def _download_train_file(name: str, data_dir: Path) -> Path:
 
 
 def load_sentences(path: Path, max_train_samples: int | None = None):
-    """One sentence per line, through 🤗 datasets; empty lines are dropped and counted.
+    """One sentence per line, through 🤗 datasets; empty lines (no visible character: blank, or only zero-width
+    characters such as U+200B or U+FEFF) are dropped and counted.
 
     Returns ``(dataset with a "text" column, number of empty lines skipped)``.
     """
     from datasets import load_dataset
 
+    path = Path(path)
+    check_regular_file(path, "training file")
     if not path.is_file():
         raise FileNotFoundError(f"training file {path} not found")
     if path.stat().st_size == 0:
         raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
     dataset = load_dataset("text", data_files=str(path), split="train")
-    sentences = dataset.filter(lambda batch: [bool(text.strip()) for text in batch["text"]], batched=True)
+    sentences = dataset.filter(lambda batch: [has_visible_character(text) for text in batch["text"]], batched=True)
     skipped = len(dataset) - len(sentences)
     if len(sentences) == 0:
-        raise ValueError(f"training file {path} holds no sentences ({skipped} empty lines)")
+        raise ValueError(
+            f"training file {path} holds no sentences ({skipped} lines without a visible character: blank, or only "
+            "zero-width characters such as U+200B, U+FEFF)"
+        )
     if max_train_samples is not None:
         sentences = sentences.select(range(min(max_train_samples, len(sentences))))
     return sentences, skipped

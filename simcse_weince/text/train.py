@@ -172,9 +172,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                     path = run.save_checkpoint(state, config.save_total_limit)
                     if stop:
                         progress.close()
-                        logger.warning("interrupted: checkpoint saved to %s; continue with --resume", path)
+                        logger.warning("%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), path)
                         accelerator.end_training()
-                        raise KeyboardInterrupt
+                        raise interrupt.interruption()  # the CLI exits 130 (Ctrl-C) or 143 (SIGTERM)
         progress.close()
 
         # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card --------
@@ -268,7 +268,7 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
 
     sentences, skipped = load_sentences(train_file, config.max_train_samples)
     if skipped:
-        logger.info("skipped %d empty lines in %s", skipped, train_file)
+        logger.info("skipped %d empty lines (no visible character) in %s", skipped, train_file)
     model = SimCSEModel.from_pretrained(
         config.model, pooler=config.pooler, max_seq_length=config.eval_max_length, dropout=config.dropout
     )

@@ -4,7 +4,8 @@
   the one format :func:`simcse_weince.diagnostics.plots.load_training_log` reads), plus TensorBoard when
   installed;
 * the progress-bar postfix (loss, WEINCE's λ statistics, throughput, precision);
-* Ctrl-C, which asks for a checkpoint at the next step boundary, and the stop on a non-finite loss.
+* Ctrl-C and SIGTERM, which ask for a checkpoint at the next step boundary (:mod:`simcse_weince.training.signals`),
+  and the stop on a non-finite loss.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.precision import precision_label
+from simcse_weince.training.signals import InterruptFlag
 from simcse_weince.weince import DIAGNOSTIC_KEYS
 
 logger = logging.getLogger(__name__)
@@ -111,39 +113,17 @@ def start_trackers(accelerator, csv_tracker, start_step: int, config: dict, proj
     accelerator.init_trackers(project, config=flat)
 
 
-class InterruptFlag:
-    """Ctrl-C (SIGINT) sets a flag that the loop checks after each step, so a checkpoint can be saved at a
-    clean step boundary. A second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.raised = False
-        self.previous = None
-
-    def _handler(self, signum, frame):
-        if self.raised:
-            raise KeyboardInterrupt
-        self.raised = True
-        logger.warning("Ctrl-C: saving a checkpoint after this step (press again to quit at once)")
-
-    def __enter__(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handler)
-        except ValueError:  # not the main thread: leave signals alone
-            self.previous = None
-        return self
-
-    def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
-        return False
-
-
 def stop_requested(accelerator, interrupt: InterruptFlag) -> bool:
-    """Ctrl-C on any process stops every process at the same step."""
-    stop = interrupt.raised
-    if accelerator.num_processes > 1:
-        stop = bool(accelerator.reduce(torch.tensor(float(stop), device=accelerator.device), "sum") > 0)
-    return stop
+    """Ctrl-C or SIGTERM on any process stops every process at the same step (and with that signal's exit code)."""
+    if accelerator.num_processes == 1:
+        return interrupt.raised
+    signums = [int(signal.SIGINT), int(signal.SIGTERM)]
+    counts = accelerator.reduce(
+        torch.tensor([float(interrupt.signum == signum) for signum in signums], device=accelerator.device), "sum"
+    ).tolist()
+    if interrupt.signum is None and any(counts):  # another process got the signal
+        interrupt.signum = signums[1] if counts[1] else signums[0]
+    return interrupt.raised
 
 
 def check_finite(loss: float, step: int, checkpoints: Path) -> None:

@@ -105,6 +105,8 @@ class VisionTrainConfig:
         for name in ("weight_decay", "num_workers", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.seed >= 2**32:  # what numpy's RNG accepts
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed}")
         if not 0.0 < self.crop_scale_min <= 1.0:
             raise ValueError(f"crop_scale_min must be in (0, 1] (a share of the area), got {self.crop_scale_min}")
         for name in ("temperature", "learning_rate"):

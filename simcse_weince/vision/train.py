@@ -168,9 +168,11 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
                     checkpoint, saved_step = save(), step
                 if stop:
                     progress.close()
-                    logger.warning("interrupted: checkpoint saved to %s; continue with --resume", checkpoint)
+                    logger.warning(
+                        "%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), checkpoint
+                    )
                     accelerator.end_training()
-                    raise KeyboardInterrupt
+                    raise interrupt.interruption()  # the CLI exits 130 (Ctrl-C) or 143 (SIGTERM)
         progress.close()
         if saved_step != state["step"] or checkpoint is None:  # the last step is always saved: eval reads it
             checkpoint = save()
