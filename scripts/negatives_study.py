@@ -189,6 +189,9 @@ def main() -> None:
         finished = [s for s in seeds if all((folder / v / f"seed-{s}" / "results.json").is_file() for v in variants)]
         if finished:  # compare reads finished cells (no training) and writes the per-batch files
             runs_by_batch[batch] = compare(base, variants, finished, folder)["runs"]
+    if not runs_by_batch:  # nothing to summarise yet (the grid runs seed by seed over several sessions)
+        print(f"no seed of {args.seeds} has all {len(variants)} variants finished at any batch size yet")
+        return
     study1 = Path(args.study1) / "comparison.json"
     study1_runs = json.loads(study1.read_text())["runs"] if study1.is_file() else None
     analysis = analyse(runs_by_batch, study1_runs)
