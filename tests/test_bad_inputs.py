@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import cli_command, make_tiny_model, subprocess_env, write_train_file
+from train_helpers import cli_command, copy_run, make_tiny_model, resume_run, subprocess_env, write_train_file
 
 from simcse_weince.cli import main
 from simcse_weince.text.config import TrainConfig, preset
@@ -408,30 +408,17 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :])
 
 
-def _copy_run(world, tmp_path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(world["run"], run)
-    return run
-
-
-def _resume(run: Path, resume=True) -> dict:
-    from simcse_weince.config import apply_overrides, load_config
-
-    config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
-    return train(config, resume=resume)
-
-
 # every kind of file cut short, and one same-size corruption (only the sha256 can see it)
 DAMAGES = [(name, "truncated") for name in DAMAGED_FILES] + [("model.safetensors", "flipped")]
 
 
 @pytest.mark.parametrize(("name", "how"), DAMAGES, ids=[f"{name}-{how}" for name, how in DAMAGES])
 def test_resume_falls_back_to_the_newest_intact_checkpoint(world, tmp_path, caplog, name, how):
-    run = _copy_run(world, tmp_path)
+    run = copy_run(world["run"], tmp_path)
     damaged = run / "checkpoints" / "step-0000004" / name
     _damage(damaged, how)
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
-        results = _resume(run)
+        results = resume_run(run)
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
     assert any(str(damaged) in message and "step-0000002, the newest intact one" in message for message in warnings)
     # the same numbers as the uninterrupted run: the steps after the intact checkpoint are trained again exactly
@@ -443,7 +430,7 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint(world, tmp_path, capl
 
 @pytest.mark.parametrize("name", DAMAGED_FILES)
 def test_resume_from_a_named_damaged_checkpoint_stops_and_names_the_intact_one(world, tmp_path, capsys, name):
-    run = _copy_run(world, tmp_path)
+    run = copy_run(world["run"], tmp_path)
     damaged = run / "checkpoints" / "step-0000004" / name
     _damage(damaged, "truncated")
     before = tree_digest(run)
@@ -458,7 +445,7 @@ def test_resume_from_a_named_damaged_checkpoint_stops_and_names_the_intact_one(w
 
 
 def test_resume_with_every_checkpoint_damaged_stops(world, tmp_path, capsys):
-    run = _copy_run(world, tmp_path)
+    run = copy_run(world["run"], tmp_path)
     for step in ("step-0000002", "step-0000004"):
         _damage(run / "checkpoints" / step / "optimizer.bin", "truncated")
     before = tree_digest(run)
@@ -470,13 +457,13 @@ def test_resume_with_every_checkpoint_damaged_stops(world, tmp_path, capsys):
 
 def test_checkpoints_without_a_manifest_are_checked_by_loading_their_files(world, tmp_path, caplog):
     """Checkpoints saved before manifests existed: a damaged file is still found (by loading it) and named."""
-    run = _copy_run(world, tmp_path)
+    run = copy_run(world["run"], tmp_path)
     for step in ("step-0000002", "step-0000004"):
         (run / "checkpoints" / step / "manifest.json").unlink()
     damaged = run / "checkpoints" / "step-0000004" / "optimizer.bin"
     _damage(damaged, "truncated")
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
-        results = _resume(run)
+        results = resume_run(run)
     messages = " ".join(record.getMessage() for record in caplog.records)
     assert "has no manifest.json" in messages and f"{damaged} cannot be read" in messages
     assert results["resumed_from_step"] == 2

@@ -12,18 +12,16 @@ import errno
 import json
 import logging
 import pathlib
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import make_tiny_model, write_train_file
+from train_helpers import copy_run, make_tiny_model, resume_run, write_train_file
 
 from simcse_weince.cli import main
 from simcse_weince.config import apply_overrides, load_config
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.text.train import train
 from simcse_weince.training.runs import list_checkpoints, verify_checkpoint, write_manifest
 
 STEPS = 5  # checkpoints at steps 2 and 4 (save_total_limit 2)
@@ -67,17 +65,6 @@ def finished(tmp_path_factory, data_dir):
     }
 
 
-def _copy_run(finished, tmp_path) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(finished["run"], run)
-    return run
-
-
-def _resume(run: Path, resume=True) -> dict:
-    config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
-    return train(config, resume=resume)
-
-
 def _error_line(capsys) -> str:
     """The one error line on stderr (from its start: a progress bar may end without a newline before it)."""
     err = capsys.readouterr().err
@@ -104,13 +91,13 @@ def test_the_payload_runs_code_when_unpickled(tmp_path):
 def test_a_crafted_file_in_a_checkpoint_without_manifest_is_refused_unread(finished, tmp_path, caplog):
     """An old-style checkpoint (no manifest) is checked by loading its files: tensors only, so the crafted
     extra.pt never runs; the resume falls back to the intact older checkpoint and says why."""
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     for checkpoint in list_checkpoints(run):
         (checkpoint / "manifest.json").unlink()
     marker, crafted = tmp_path / "ran", run / "checkpoints" / "step-0000004" / "extra.pt"
     plant_payload(crafted, marker)
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
-        results = _resume(run)
+        results = resume_run(run)
     assert not marker.exists()
     warnings = " ".join(record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING)
     assert f"{crafted} holds a pickled Python object" in warnings and "refused unread" in warnings
@@ -119,7 +106,7 @@ def test_a_crafted_file_in_a_checkpoint_without_manifest_is_refused_unread(finis
 
 
 def test_a_run_whose_every_checkpoint_is_crafted_stops_in_one_line(finished, tmp_path, capsys):
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     marker = tmp_path / "ran"
     for checkpoint in list_checkpoints(run):
         (checkpoint / "manifest.json").unlink()
@@ -135,7 +122,7 @@ def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_
     """compare resumes a cell without results.json: the same refusal."""
     from simcse_weince.compare import run_cell
 
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     (run / "results.json").unlink()
     marker = tmp_path / "ran"
     for checkpoint in list_checkpoints(run):
@@ -150,7 +137,7 @@ def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_
 @pytest.mark.parametrize("name", ["optimizer.bin", "scheduler.bin", "random_states_0.pkl"])
 def test_a_crafted_checkpoint_file_with_a_matching_manifest_is_refused(finished, tmp_path, capsys, name):
     """A manifest proves integrity, not origin: a crafted file listed in it is still read as tensors only."""
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     marker, checkpoint = tmp_path / "ran", run / "checkpoints" / "step-0000004"
     plant_payload(checkpoint / name, marker)
     write_manifest(checkpoint)
@@ -216,7 +203,7 @@ def test_a_full_disk_during_a_checkpoint_ends_in_one_line_and_keeps_the_earlier_
     assert not list((run / "checkpoints").glob("*.tmp"))
     assert list_checkpoints(run) == [earlier] and verify_checkpoint(earlier) == []
     monkeypatch.undo()  # space again: the resume continues the uninterrupted run exactly
-    results = _resume(run)
+    results = resume_run(run)
     assert results["resumed_from_step"] == 2
     assert _losses(results["history"]) == pytest.approx(_losses(finished["history"]), abs=1e-6)
 
@@ -290,7 +277,7 @@ def test_a_really_full_disk_names_the_cause_torch_does_not(finished, small_disk,
     assert f"the newest checkpoint, {earlier}, is untouched" in line and "unexpected pos" not in line
     assert not list((run / "checkpoints").glob("*.tmp")) and verify_checkpoint(earlier) == []
     small_disk.grow("64m")
-    results = _resume(run)
+    results = resume_run(run)
     assert results["resumed_from_step"] == 2
     assert _losses(results["history"]) == pytest.approx(_losses(finished["history"]), abs=1e-6)
 
@@ -305,7 +292,7 @@ def test_a_really_full_disk_during_the_export_loses_no_step(finished, small_disk
     assert f"the last step's weights are in {last}" in line
     assert not (run / ".export.tmp").exists() and verify_checkpoint(last) == []
     small_disk.grow("64m")
-    results = _resume(run)
+    results = resume_run(run)
     assert results["resumed_from_step"] == STEPS
     assert _losses(results["history"]) == pytest.approx(_losses(finished["history"]), abs=1e-6)
     assert (run / "model.safetensors").is_file() and not list_checkpoints(run)
@@ -332,13 +319,13 @@ RNG_DAMAGES = ["truncated", "numpy-state-cut-short", "no-torch-state"]
 
 @pytest.mark.parametrize("how", RNG_DAMAGES)
 def test_a_damaged_rng_state_behind_a_rewritten_manifest_falls_back(finished, tmp_path, caplog, how):
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     checkpoint = run / "checkpoints" / "step-0000004"
     damaged = checkpoint / "random_states_0.pkl"
     _damage_rng(damaged, how)
     write_manifest(checkpoint)  # the hashes match the damaged file
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
-        results = _resume(run)
+        results = resume_run(run)
     warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
     assert any(str(damaged) in message and "step-0000002, the newest intact one" in message for message in warnings)
     assert results["resumed_from_step"] == 2
@@ -346,7 +333,7 @@ def test_a_damaged_rng_state_behind_a_rewritten_manifest_falls_back(finished, tm
 
 
 def test_resuming_a_named_checkpoint_whose_rng_state_fails_stops_in_one_line(finished, tmp_path, capsys):
-    run = _copy_run(finished, tmp_path)
+    run = copy_run(finished["run"], tmp_path)
     checkpoint = run / "checkpoints" / "step-0000004"
     damaged = checkpoint / "random_states_0.pkl"
     _damage_rng(damaged, "numpy-state-cut-short")

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
+from train_helpers import cli_command, logged_steps, make_tiny_model, subprocess_env, wait_for, write_train_file
 
 from simcse_weince.cli import main
 
@@ -32,19 +32,11 @@ def text_setup(tmp_path_factory, data_dir):
     return root, flags
 
 
-def _logged_steps(output_dir: Path) -> int:
-    path = output_dir / "logs" / "metrics.csv"
-    if not path.is_file():
-        return 0
-    steps = [line.split(",", 1)[0] for line in path.read_text().splitlines()[1:]]
-    return max((int(step) for step in steps if step.isdigit()), default=0)
-
-
 def _sigterm_after_two_steps(command: list[str], run_dir: Path) -> str:
     """Start the command, send SIGTERM once ``run_dir`` has logged two steps; returns its stderr (exit 143)."""
     process = subprocess.Popen(command, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: _logged_steps(run_dir) >= 2, process, what="two training steps")
+        wait_for(lambda: logged_steps(run_dir) >= 2, process, what="two training steps")
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=240)
     finally:

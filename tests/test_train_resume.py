@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
-from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
+from train_helpers import cli_command, logged_steps, make_tiny_model, subprocess_env, wait_for, write_train_file
 
 from simcse_weince.config import apply_overrides, load_config
 from simcse_weince.text.config import TrainConfig
@@ -30,14 +29,6 @@ def setup(tmp_path_factory, data_dir):
     return root, flags
 
 
-def _logged_steps(output_dir: Path) -> int:
-    path = output_dir / "logs" / "metrics.csv"
-    if not path.is_file():
-        return 0
-    steps = [line.split(",", 1)[0] for line in path.read_text().splitlines()[1:]]
-    return max((int(step) for step in steps if step.isdigit()), default=0)
-
-
 def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     root, flags = setup
     env = subprocess_env()
@@ -50,7 +41,7 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     run_dir = root / "interrupted"
     command = cli_command("train", *flags, "--output-dir", str(run_dir))
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: _logged_steps(run_dir) >= 2, process, what="two training steps")
+    wait_for(lambda: logged_steps(run_dir) >= 2, process, what="two training steps")
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=240)
     assert process.returncode == 130, stderr[-2000:]

@@ -82,3 +82,31 @@ def wait_for(predicate, process, timeout: float = 240.0, what: str = "condition"
         time.sleep(0.02)
     process.kill()
     pytest.fail(f"timed out waiting for {what}")
+
+
+def logged_steps(output_dir: Path) -> int:
+    """The last step a run has logged to ``logs/metrics.csv`` (0 before the first)."""
+    path = output_dir / "logs" / "metrics.csv"
+    if not path.is_file():
+        return 0
+    steps = [line.split(",", 1)[0] for line in path.read_text().splitlines()[1:]]
+    return max((int(step) for step in steps if step.isdigit()), default=0)
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run folder in ``tmp_path/run``, to damage or resume without touching the original."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    return copy
+
+
+def resume_run(run: Path, resume=True) -> dict:
+    """``train`` resumed in ``run`` with the settings it saved (``resume``: True or a checkpoint path)."""
+    from simcse_weince.config import apply_overrides, load_config
+    from simcse_weince.text.config import TrainConfig
+    from simcse_weince.text.train import train
+
+    config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
+    return train(config, resume=resume)
