@@ -44,7 +44,8 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
     base_model = hub_id_of(config["model"])
     loss_title = LOSS_TITLES.get(config["loss"], config["loss"])
     model_name = f"SimCSE ({loss_title}) on {base_model or Path(config['model']).name}"
-    datasets = ["princeton-nlp/datasets-for-simcse"] if Path(config["train_file"]).name.startswith("wiki1m") else None
+    simcse_files = ("wiki1m", "nli_for_simcse")
+    datasets = ["princeton-nlp/datasets-for-simcse"] if Path(config["train_file"]).name.startswith(simcse_files) else None
     eval_results = [
         EvalResult(
             task_type="semantic-similarity",
@@ -67,7 +68,9 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         model_name=model_name,
         eval_results=eval_results,
     )
-    evaluation_pooler = EXPORT_POOLER[config["pooler"]]
+    evaluation_pooler = results.get("evaluation_pooler") or EXPORT_POOLER[config["pooler"]]
+    train_columns = results.get("train_columns") or {"text": "sentence"}
+    supervised = len(train_columns) > 1
     return ModelCard.from_template(
         card_data,
         template_str=template or template_text(),
@@ -76,6 +79,10 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         loss=config["loss"],
         loss_title=loss_title,
         pooler=config["pooler"],
+        recipe="supervised SimCSE" if supervised else "unsupervised SimCSE",
+        supervised=supervised,
+        train_columns=train_columns,
+        num_train_rows=results.get("num_train_rows", results.get("num_train_sentences")),
         evaluation_pooler=evaluation_pooler,
         st_pooling=SENTENCE_TRANSFORMERS_POOLING[evaluation_pooler],
         base_model=base_model or config["model"],
@@ -87,7 +94,8 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         config=config,
         # the precision the run trained in (results.json); config.mixed_precision may say "auto"
         training_precision=precision_label(results.get("mixed_precision", config["mixed_precision"])),
-        **{key: value for key, value in results.items() if key not in ("config", "sts_table")},
+        **{key: value for key, value in results.items()
+           if key not in ("config", "sts_table", "evaluation_pooler", "train_columns", "num_train_rows")},  # fmt: skip
     ).content
 
 

@@ -30,8 +30,9 @@ POOLERS = {
 TRAINING_POOLERS = ("cls", "cls_before_pooler", "avg")
 
 #: training pooler -> the pooler used to evaluate and export. Unsupervised SimCSE trains ``cls`` with the MLP
-#: head and evaluates without it (SimCSE's ``--mlp_only_train``): the head is a training-only device.
+#: head and evaluates without it (SimCSE's ``--mlp_only_train``): the head is a training-only device. Supervised
+#: SimCSE keeps it (``mlp_only_train=False``): its evaluation pooler is then ``cls`` itself.
 EXPORT_POOLER = {name: name for name in TRAINING_POOLERS} | {"cls": "cls_before_pooler"}
 
 #: exported pooler -> sentence-transformers' ``Pooling`` mode that computes it
-SENTENCE_TRANSFORMERS_POOLING = {"cls_before_pooler": "cls", "avg": "mean"}
+SENTENCE_TRANSFORMERS_POOLING = {"cls_before_pooler": "cls", "avg": "mean", "cls": "cls"}  # cls: + a Dense (tanh)

@@ -39,10 +39,15 @@ class TrainConfig:
 
     # model
     model: str = "bert-base-uncased"  # hub id, local folder, or bundled:all-MiniLM-L6-v2
-    pooler: str = "cls"  # cls (MLP in training only; cls_before_pooler at evaluation), cls_before_pooler, avg
+    pooler: str = "cls"  # cls ([CLS] + MLP head in training), cls_before_pooler, avg
+    # SimCSE's --mlp_only_train: drop the cls MLP at evaluation and export. None: as SimCSE's recipes do, True
+    # for one column (unsupervised), False for pairs and triplets (supervised keeps the MLP)
+    mlp_only_train: bool | None = None
     dropout: float | None = None  # hidden and attention dropout; None keeps the model's (0.1 for BERT)
     # data
-    train_file: str = "wiki1m_for_simcse.txt"  # a path, or a file name inside the data directory
+    # a path, or a file name inside the data directory: one sentence a line, or a .csv/.tsv/.jsonl table with a
+    # header sent0,sent1[,hard_neg] (or anchor,positive[,negative]): pairs and triplets, supervised SimCSE
+    train_file: str = "wiki1m_for_simcse.txt"
     data_dir: str | None = None  # None: $SIMCSE_WEINCE_DATA_DIR, else ~/.cache/simcse_weince/data
     max_train_samples: int | None = None  # use only the first N sentences
     max_length: int = 32  # tokens per training sentence
@@ -156,6 +161,10 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown report_to {unknown}; supported: csv, tensorboard")
 
+    def resolved_mlp_only_train(self, num_columns: int) -> bool:
+        """Whether the cls MLP is dropped at evaluation, for a training file of ``num_columns`` columns."""
+        return self.mlp_only_train if self.mlp_only_train is not None else num_columns == 1
+
     def to_dict(self) -> dict:
         values = dataclasses.asdict(self)
         values["final_tasks"] = list(self.final_tasks)
@@ -180,6 +189,17 @@ PRESETS: dict[str, dict] = {
 # evaluation. MiniLM was trained with mean pooling, so its [CLS] vector starts lower (STS-B dev 79.7) and
 # contrastive training has room to move it, which mean pooling (dev 86.7, loss ~1e-3 from step 1) has not.
 PRESETS["cpu-cls"] = {**PRESETS["cpu-demo"], "pooler": "cls", "output_dir": "runs/cpu-cls"}
+# Supervised SimCSE (Gao et al., 2021; run_sup_example.sh): BERT-base on SNLI+MNLI triplets (sent0, sent1,
+# hard_neg), 4 GPUs x 128 = 512 triplets a batch, lr 5e-5, 3 epochs, length 32, tau 0.05, STS-B dev every 125
+# steps, [CLS] with the MLP kept at evaluation (no --mlp_only_train). Reported: STS average 81.57, STS-B test 84.25.
+PRESETS["paper-sup"] = {
+    "train_file": "nli_for_simcse.csv",
+    "batch_size": 512,
+    "learning_rate": 5e-5,
+    "num_epochs": 3,
+    "mlp_only_train": False,
+    "output_dir": "runs/paper-sup",
+}
 
 
 def preset(name: str = "paper", **overrides) -> TrainConfig:

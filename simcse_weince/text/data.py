@@ -1,5 +1,6 @@
-"""The text trainer's data: SimCSE's one-sentence-per-line corpus, tokenised once, dynamically padded. Batches
-come from :class:`~simcse_weince.training.batches.StepBatchSampler`."""
+"""The text trainer's data, tokenised once and dynamically padded: SimCSE's one-sentence-per-line corpus, or a
+table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
+:class:`~simcse_weince.training.batches.StepBatchSampler`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from simcse_weince.validation import check_regular_file, check_utf8_text_file, h
 logger = logging.getLogger(__name__)
 
 #: SimCSE's corpus, fetched from the Hub when it is not in the data directory and the Hub is reachable
-HUB_TRAIN_FILES = {"wiki1m_for_simcse.txt": ("princeton-nlp/datasets-for-simcse", "wiki1m_for_simcse.txt")}
+HUB_TRAIN_FILES = {
+    "wiki1m_for_simcse.txt": ("princeton-nlp/datasets-for-simcse", "wiki1m_for_simcse.txt"),
+    # supervised SimCSE's SNLI+MNLI triplets (sent0,sent1,hard_neg), preset paper-sup
+    "nli_for_simcse.csv": ("princeton-nlp/datasets-for-simcse", "nli_for_simcse.csv"),
+}
 # Files cut from the head of a downloadable one: the cpu-demo's 11,914 sentences.
 HEAD_TRAIN_FILES = {"wiki1m_head.txt": ("wiki1m_for_simcse.txt", 11914)}
 
@@ -90,18 +95,51 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     return sentences, skipped
 
 
-def tokenize(sentences, tokenizer, max_length: int):
-    """Token ids of every sentence (truncated, unpadded), computed once before training."""
-    return sentences.map(
-        lambda batch: tokenizer(batch["text"], truncation=True, max_length=max_length),
-        batched=True,
-        remove_columns=["text"],
-        desc="tokenizing",
-    )
+def load_training_data(path: Path, max_train_samples: int | None = None):
+    """The training rows of ``path``: a table (``.csv``, ``.tsv``, ``.jsonl`` with a header) or plain text.
+
+    Returns ``(dataset, columns, skipped)``: a 🤗 dataset with one text column per entry of ``columns`` (in role
+    order: anchor, positive, hard negative; plain text is the single column ``text``) and the number of empty
+    lines skipped."""
+    from datasets import Dataset
+
+    from simcse_weince.text.columns import is_table_file, read_table
+
+    path = Path(path)
+    if not is_table_file(path):
+        sentences, skipped = load_sentences(path, max_train_samples)
+        return sentences, ("text",), skipped
+    check_regular_file(path, "training file")
+    if not path.is_file():
+        raise FileNotFoundError(f"training file {path} not found")
+    table = read_table(path, max_train_samples)
+    return Dataset.from_dict(table.rows), table.columns, table.skipped
+
+
+def tokenize(sentences, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
+    """Token ids of every sentence (truncated, unpadded), computed once before training. With several columns a
+    row's ids are a list of one id list per column (the collator stacks them column by column)."""
+    if len(columns) == 1:
+        return sentences.map(
+            lambda batch: tokenizer(batch[columns[0]], truncation=True, max_length=max_length),
+            batched=True,
+            remove_columns=[columns[0]],
+            desc="tokenizing",
+        )
+
+    def encode_columns(batch):
+        encoded = [tokenizer(batch[name], truncation=True, max_length=max_length) for name in columns]
+        rows = range(len(batch[columns[0]]))
+        return {key: [[column[key][row] for column in encoded] for row in rows] for key in encoded[0]}
+
+    return sentences.map(encode_columns, batched=True, remove_columns=list(columns), desc="tokenizing")
 
 
 class PaddingCollator:
-    """Pads token ids to the longest sentence of the batch (dynamic padding, like SimCSE)."""
+    """Pads token ids to the longest sentence of the batch (dynamic padding, like SimCSE).
+
+    Rows of several columns (pairs, triplets) are stacked column by column, as SimCSE stacks ``sent0``, ``sent1``
+    and ``hard_neg``: rows ``c * N .. (c + 1) * N - 1`` of the batch are column ``c`` of its N rows."""
 
     def __init__(self, pad_token_id: int):
         self.pad_token_id = pad_token_id
@@ -112,7 +150,10 @@ class PaddingCollator:
         batch = {}
         for name in features[0]:
             padding = self.pad_token_id if name == "input_ids" else 0
-            batch[name] = pad_sequence(
-                [torch.tensor(feature[name]) for feature in features], batch_first=True, padding_value=padding
-            )
+            values = [feature[name] for feature in features]
+            if values[0] and isinstance(values[0][0], list):  # one list per column: column-major
+                values = [row[column] for column in range(len(values[0])) for row in values]
+            batch[name] = pad_sequence([torch.tensor(value) for value in values], batch_first=True,
+                                       padding_value=padding)  # fmt: skip
         return batch
+

@@ -2,7 +2,8 @@
 
 Unsupervised SimCSE (Gao et al., 2021) encodes every sentence twice; the two dropout masks make the two views
 of a positive pair. During training the ``cls`` pooler puts an MLP (dense + tanh) on top of the [CLS] vector;
-at evaluation the MLP is dropped (``cls_before_pooler``), SimCSE's choice for its unsupervised models.
+at evaluation the MLP is dropped (``cls_before_pooler``), SimCSE's choice for its unsupervised models
+(``--mlp_only_train``); its supervised models keep it (``mlp_only_train=False``), and so does the export.
 ``avg`` (mean over tokens) uses no MLP.
 
 Example::
@@ -56,9 +57,14 @@ class SimCSEModel(nn.Module):
         pooler: ``"cls"`` ([CLS] + MLP in training, [CLS] without MLP at evaluation), ``"cls_before_pooler"``
             or ``"avg"`` (mean over non-padding tokens).
         max_seq_length: the length sentences are truncated to at evaluation and in the exported model.
+        mlp_only_train: with ``cls``, drop the MLP at evaluation and export (SimCSE's unsupervised recipe); False
+            keeps it (its supervised recipe).
     """
 
-    def __init__(self, encoder: nn.Module, tokenizer, pooler: str = "cls", max_seq_length: int = 512):
+    def __init__(
+        self, encoder: nn.Module, tokenizer, pooler: str = "cls", max_seq_length: int = 512,
+        mlp_only_train: bool = True,
+    ):  # fmt: skip
         super().__init__()
         if pooler not in TRAINING_POOLERS:
             raise ValueError(f"unknown pooler {pooler!r}; expected one of {TRAINING_POOLERS}")
@@ -66,6 +72,7 @@ class SimCSEModel(nn.Module):
         self.tokenizer = tokenizer
         self.pooler = pooler
         self.max_seq_length = max_seq_length
+        self.mlp_only_train = mlp_only_train
         hidden_size = encoder.config.hidden_size
         self.mlp = None
         if pooler == "cls":
@@ -88,6 +95,7 @@ class SimCSEModel(nn.Module):
         pooler: str = "cls",
         max_seq_length: int | None = None,
         dropout: float | None = None,
+        mlp_only_train: bool = True,
     ) -> SimCSEModel:
         """Load encoder and tokenizer by hub id, local folder (a SentenceTransformer folder works) or
         ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides the hidden and attention dropout (SimCSE: 0.1)."""
@@ -131,11 +139,17 @@ class SimCSEModel(nn.Module):
             raise loading_error(error) from error
         if max_seq_length is None:
             max_seq_length = default_max_seq_length(path, tokenizer)
-        return cls(encoder, tokenizer, pooler=pooler, max_seq_length=max_seq_length)
+        return cls(encoder, tokenizer, pooler=pooler, max_seq_length=max_seq_length, mlp_only_train=mlp_only_train)
 
     @property
     def evaluation_pooler(self) -> str:
-        return EXPORT_POOLER[self.pooler]
+        """``cls`` (with the MLP) when a cls run keeps its MLP, else :data:`~simcse_weince.poolers.EXPORT_POOLER`'s."""
+        return "cls" if self.pooler == "cls" and not self.mlp_only_train else EXPORT_POOLER[self.pooler]
+
+    def evaluation_modules(self) -> nn.Module:
+        """What evaluation uses: the encoder, and the MLP when it is kept (the best dev step saves these)."""
+        return self.encoder if self.evaluation_pooler != "cls" else nn.ModuleDict({"encoder": self.encoder,
+                                                                                   "mlp": self.mlp})  # fmt: skip
 
     def pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, pooler: str) -> torch.Tensor:
         if pooler in ("cls", "cls_before_pooler"):
@@ -214,11 +228,11 @@ class SimCSEModel(nn.Module):
     def save_sentence_transformer(self, output_dir: str | Path, create_model_card: bool = False) -> Path:
         """Write a SentenceTransformer folder: the encoder + a Pooling module set to the *evaluation* pooler.
 
-        ``SentenceTransformer(output_dir)`` then reproduces :meth:`encode` (no MLP head, no normalisation:
-        cosine similarity does not need it).
+        ``SentenceTransformer(output_dir)`` then reproduces :meth:`encode` (no normalisation: cosine similarity
+        does not need it). A kept MLP is exported as a ``Dense`` module (tanh) after the ``cls`` pooling.
         """
         from sentence_transformers import SentenceTransformer
-        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+        from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
 
         output_dir = Path(output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -234,7 +248,13 @@ class SimCSEModel(nn.Module):
                 transformer.get_embedding_dimension(),
                 pooling_mode=SENTENCE_TRANSFORMERS_POOLING[self.evaluation_pooler],
             )
-            model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
+            modules = [transformer, pooling]
+            if self.evaluation_pooler == "cls":  # SimCSE's supervised models: [CLS] through the trained MLP
+                linear = self.mlp[0]
+                modules.append(Dense(linear.in_features, linear.out_features, activation_function=nn.Tanh(),
+                                     init_weight=linear.weight.detach().float().cpu().clone(),
+                                     init_bias=linear.bias.detach().float().cpu().clone()))  # fmt: skip
+            model = SentenceTransformer(modules=modules, device="cpu")
             model.save(str(output_dir), create_model_card=create_model_card)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

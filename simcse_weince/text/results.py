@@ -73,7 +73,7 @@ class DevSelection:
             self.accelerator.log({"stsb_dev_spearman": score}, step=step)
             if state["best_stsb_dev_spearman"] is None or score > state["best_stsb_dev_spearman"]:
                 state["best_stsb_dev_spearman"], state["best_step"] = score, step
-                save_weights(self.model.encoder, self.best_dir)
+                save_weights(self.model.evaluation_modules(), self.best_dir)
             write(
                 f"step {step}: STS-B dev Spearman {score:.2f} (best {state['best_stsb_dev_spearman']:.2f} at step "
                 f"{state['best_step']})"
@@ -83,7 +83,7 @@ class DevSelection:
     def restore_best(self) -> None:
         """Load the best step's weights (when there was an evaluation) into the model."""
         if self.state["best_step"] is not None and (self.best_dir / "model.safetensors").is_file():
-            load_weights(self.model.encoder, self.best_dir)
+            load_weights(self.model.evaluation_modules(), self.best_dir)
 
 
 def export_results(
@@ -97,7 +97,8 @@ def export_results(
     not_applied: dict,
     total_steps: int,
     start_step: int,
-    num_sentences: int,
+    num_rows: int,
+    columns: tuple[str, ...] = ("text",),
     skipped: int,
     train_file: Path,
     wall_seconds: float,
@@ -136,7 +137,10 @@ def export_results(
             "base_stsb_dev_spearman": state["base_stsb_dev_spearman"],
             "total_steps": total_steps,
             "resumed_from_step": start_step or None,
-            "num_train_sentences": num_sentences,
+            "num_train_rows": num_rows,  # sentences (one column), pairs or triplets
+            "num_train_sentences": num_rows * len(columns),
+            "train_columns": column_roles(columns),  # each column of the training file and what it meant
+            "evaluation_pooler": model.evaluation_pooler,
             "embedding_dimension": model.encoder.config.hidden_size,
             "skipped_empty_lines": skipped,
             "train_file": str(train_file),
@@ -166,6 +170,15 @@ def export_results(
 
 
 EXPORT_STAGING = ".export.tmp"
+
+
+def column_roles(columns: tuple[str, ...]) -> dict[str, str]:
+    """Each training column and its role: one column is unsupervised SimCSE (its dropout views are the pairs)."""
+    from simcse_weince.text.columns import COLUMN_ROLES
+
+    if len(columns) == 1:
+        return {columns[0]: "sentence (its two dropout views are the positive pair)"}
+    return dict(zip(columns, COLUMN_ROLES))
 
 
 def _move_into(staging: Path, output_dir: Path) -> None:

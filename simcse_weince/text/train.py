@@ -31,7 +31,7 @@ import torch
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.precision import precision_label
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.text.data import PaddingCollator, load_sentences, resolve_train_file, tokenize
+from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
 from simcse_weince.text.results import DevSelection, check_evaluation_data, export_results, not_applied_settings
 from simcse_weince.training.accelerator import make_accelerator
 from simcse_weince.training.batches import StepBatchSampler
@@ -87,7 +87,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         train_file, data_dir = resolve_train_file(config), resolve_data_dir(config.data_dir)
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(data_dir)
-        model, tokenized, skipped = _load_model_and_data(config, train_file)
+        model, tokenized, columns, skipped = _load_model_and_data(config, train_file)
         accum = config.gradient_accumulation_steps
         total_steps = _total_steps(config, len(tokenized))
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
@@ -123,8 +123,8 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
         # --- the loop -------------------------------------------------------------------------------------------
         logger.info(
-            "training %s with %s on %s sentences from %s: %d steps of %d x %d on %d process(es), %s, %s%s%s",
-            config.model, config.loss, f"{len(tokenized):,}", train_file, total_steps, config.batch_size, accum,
+            "training %s with %s on %s %s from %s: %d steps of %d x %d on %d process(es), %s, %s%s%s",
+            config.model, config.loss, f"{len(tokenized):,}", _describe_rows(columns), train_file, total_steps, config.batch_size, accum,
             accelerator.num_processes, accelerator.device, precision_label(mixed_precision),
             " (mixed precision auto)" if config.mixed_precision == "auto" else "",
             f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "",
@@ -142,8 +142,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                     batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
                     with accelerator.accumulate(model):
                         loss, logs = forward_backward(
-                            model, batch, objective, accelerator, config.mini_batch_size, config.length_chunks
-                        )
+                            model, batch, objective, accelerator, config.mini_batch_size, config.length_chunks,
+                            num_columns=len(columns),
+                        )  # fmt: skip
                         if accelerator.sync_gradients and config.max_grad_norm:
                             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                         optimizer.step()
@@ -185,7 +186,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         results = export_results(
             accelerator, unwrapped, config, state, dev,
             mixed_precision=mixed_precision, not_applied=not_applied, total_steps=total_steps, start_step=start_step,
-            num_sentences=len(tokenized), skipped=skipped, train_file=train_file,
+            num_rows=len(tokenized), columns=columns, skipped=skipped, train_file=train_file,
             wall_seconds=previous_wall + time.perf_counter() - wall_start, last_checkpoint=last,
         )  # fmt: skip
         run.finish(drop=last)
@@ -194,20 +195,33 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     return results
 
 
+def encode_columns(model, batch: dict, num_columns: int = 1, length_chunks: int = 1) -> tuple:
+    """The embeddings of a collated batch, one tensor per column, from one forward pass.
+
+    One column is unsupervised SimCSE: every sentence twice, the two dropout masks make the positive pair. Pairs
+    and triplets are stacked column by column (:class:`~simcse_weince.text.data.PaddingCollator`) and encoded
+    together, as SimCSE encodes ``sent0``, ``sent1`` and ``hard_neg`` (dropout stays on for all of them)."""
+    if num_columns == 1:
+        return model(**batch, num_views=2, length_chunks=length_chunks)  # two dropout masks
+    return model(**batch, length_chunks=length_chunks).chunk(num_columns)
+
+
 def forward_backward(
-    model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, length_chunks: int = 1
-):
+    model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, length_chunks: int = 1,
+    num_columns: int = 1,
+):  # fmt: skip
     """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``.
 
-    Without ``mini_batch_size``: one forward over the doubled batch (two dropout views) and one backward.
-    ``length_chunks`` > 1 encodes the rows of every forward in that many length-sorted chunks, each padded only
-    to its own longest sentence (:meth:`SimCSEModel.forward`); the loss sees the same embeddings.
+    Without ``mini_batch_size``: one forward over the batch (:func:`encode_columns`: two dropout views of one
+    column, or the stacked columns of pairs and triplets) and one backward. ``length_chunks`` > 1 encodes the rows
+    of every forward in that many length-sorted chunks, each padded only to its own longest sentence
+    (:meth:`SimCSEModel.forward`); the loss sees the same embeddings.
 
     With it, GradCache (Gao et al., 2021; the machinery of sentence-transformers' cached losses), so that only
-    ``mini_batch_size`` sentences' activations are alive at a time while the loss still sees the whole batch:
+    ``mini_batch_size`` rows' activations are alive at a time while the loss still sees the whole batch:
 
-    1. every chunk of ``mini_batch_size`` sentences is encoded (both views, one forward) without a graph, and
-       the RNG state before each forward is kept (sentence-transformers' ``RandContext``);
+    1. every chunk of ``mini_batch_size`` rows is encoded (all its columns or views, one forward) without a
+       graph, and the RNG state before each forward is kept (sentence-transformers' ``RandContext``);
     2. the loss of the whole batch is computed from those embeddings (gathered across processes as usual) and
        back-propagated up to them through ``accelerator.backward``, which applies the fp16 loss scale and the
        gradient-accumulation divisor to the cached embedding gradients;
@@ -218,8 +232,8 @@ def forward_backward(
     checkpoint continues exactly.
     """
     if not mini_batch_size:
-        first_view, second_view = model(**batch, num_views=2, length_chunks=length_chunks)  # two dropout masks
-        loss, diagnostics = objective(first_view, second_view)
+        views = encode_columns(model, batch, num_columns, length_chunks)
+        loss, diagnostics = objective(*views)
         accelerator.backward(loss)
         return loss, diagnostics
 
@@ -227,51 +241,54 @@ def forward_backward(
 
     from simcse_weince.text.model import trim_trailing_padding
 
-    rows = batch["input_ids"].shape[0]
+    rows = batch["input_ids"].shape[0] // num_columns
+
+    def row_slice(value: torch.Tensor, begin: int) -> torch.Tensor:  # rows begin.. of every column, column-major
+        columns = value.view(num_columns, rows, *value.shape[1:])
+        return columns[:, begin : begin + mini_batch_size].reshape(-1, *value.shape[1:])
+
     # each chunk drops the padding columns it does not need (the batch is padded to its longest sentence)
     chunks = [
-        trim_trailing_padding({name: value[begin : begin + mini_batch_size] for name, value in batch.items()})
+        trim_trailing_padding({name: row_slice(value, begin) for name, value in batch.items()})
         for begin in range(0, rows, mini_batch_size)
     ]
-    random_states, first_chunks, second_chunks = [], [], []
+    random_states, chunk_views = [], []
     with torch.no_grad():
         for chunk in chunks:
             random_states.append(RandContext(*chunk.values()))
-            first, second = model(**chunk, num_views=2, length_chunks=length_chunks)
-            first_chunks.append(first)
-            second_chunks.append(second)
-    first_view = torch.cat(first_chunks).requires_grad_()
-    second_view = torch.cat(second_chunks).requires_grad_()
-    loss, diagnostics = objective(first_view, second_view)
+            chunk_views.append(encode_columns(model, chunk, num_columns, length_chunks))
+    views = [torch.cat(column).requires_grad_() for column in zip(*chunk_views)]
+    loss, diagnostics = objective(*views)
     accelerator.backward(loss)
 
-    sizes = [len(first) for first in first_chunks]
-    cached_gradients = zip(first_view.grad.split(sizes), second_view.grad.split(sizes))
-    for index, (chunk, random_state, (first_grad, second_grad)) in enumerate(
-        zip(chunks, random_states, cached_gradients)
-    ):
+    sizes = [len(chunk_view[0]) for chunk_view in chunk_views]
+    cached_gradients = list(zip(*(view.grad.split(sizes) for view in views)))  # per chunk, one per column
+    for index, (chunk, random_state, gradients) in enumerate(zip(chunks, random_states, cached_gradients)):
         synchronize = nullcontext() if index == len(chunks) - 1 else accelerator.no_sync(model)
         with synchronize, random_state:
-            first, second = model(**chunk, num_views=2, length_chunks=length_chunks)
+            embeddings = encode_columns(model, chunk, num_columns, length_chunks)
             # the surrogate's gradient w.r.t. the embeddings is the cached gradient; float32 keeps fp16/bf16
             # embeddings from rounding the products
-            surrogate = torch.dot(first.flatten().float(), first_grad.flatten().float()) + torch.dot(
-                second.flatten().float(), second_grad.flatten().float()
+            surrogate = sum(
+                torch.dot(embedding.flatten().float(), gradient.flatten().float())
+                for embedding, gradient in zip(embeddings, gradients)
             )
             surrogate.backward()
     return loss.detach(), diagnostics
 
 
 def _load_model_and_data(config: TrainConfig, train_file: Path):
-    """The model (SimCSE poolers) and the tokenised training sentences; every input is checked here."""
+    """The model (SimCSE poolers), the tokenised training rows and their columns (in role order); every input is
+    checked here."""
     from simcse_weince.text.model import SimCSEModel
 
-    sentences, skipped = load_sentences(train_file, config.max_train_samples)
+    rows, columns, skipped = load_training_data(train_file, config.max_train_samples)
     if skipped:
         logger.info("skipped %d empty lines (no visible character) in %s", skipped, train_file)
     model = SimCSEModel.from_pretrained(
-        config.model, pooler=config.pooler, max_seq_length=config.eval_max_length, dropout=config.dropout
-    )
+        config.model, pooler=config.pooler, max_seq_length=config.eval_max_length, dropout=config.dropout,
+        mlp_only_train=config.resolved_mlp_only_train(len(columns)),
+    )  # fmt: skip
     positions = getattr(model.encoder.config, "max_position_embeddings", None)
     for name in ("max_length", "eval_max_length"):
         if positions and getattr(config, name) and getattr(config, name) > positions:
@@ -279,7 +296,7 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
                 f"{name} {getattr(config, name)} exceeds the {positions} positions of {config.model}; "
                 f"set --{name.replace('_', '-')} {positions} or less"
             )
-    return model, tokenize(sentences, model.tokenizer, config.max_length), skipped
+    return model, tokenize(rows, model.tokenizer, config.max_length, columns), columns, skipped
 
 
 def _total_steps(config: TrainConfig, num_sentences: int) -> int:
@@ -324,6 +341,10 @@ def _step_entry(step: int, losses: list, diagnostics: list[dict], learning_rate:
         + [torch.stack([d[name] for d in diagnostics]).float().mean() for name in names]
     ).tolist()
     return {"step": step, "loss": values[0], "learning_rate": learning_rate, **dict(zip(names, values[1:]))}
+
+
+def _describe_rows(columns: tuple[str, ...]) -> str:
+    return {1: "sentences", 2: f"pairs ({','.join(columns)})"}.get(len(columns), f"triplets ({','.join(columns)})")
 
 
 def _fmt(value) -> str:

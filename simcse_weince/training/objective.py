@@ -20,7 +20,7 @@ from simcse_weince.weince import GEOMETRIES, WeinceConfig, infonce_loss, summari
 
 
 class ContrastiveObjective:
-    """``objective(first_view, second_view) -> (loss, diagnostics)``.
+    """``objective(first_view, second_view, *hard_negatives) -> (loss, diagnostics)``.
 
     ``diagnostics`` holds WEINCE's λ statistics (:data:`simcse_weince.weince.DIAGNOSTIC_KEYS`) as detached 0-d
     tensors, so that a step costs one device synchronisation for everything it logs; ``{}`` for InfoNCE or when
@@ -47,10 +47,21 @@ class ContrastiveObjective:
         self.extra_terms = extra_terms
         self.hardness_strength = float(hardness_strength)  # LLaVE's weighting of hard negatives; 0: plain
 
-    def __call__(self, first_view: torch.Tensor, second_view: torch.Tensor, *, diagnostics: bool = True):
+    def __call__(
+        self, first_view: torch.Tensor, second_view: torch.Tensor, *hard_negatives: torch.Tensor,
+        diagnostics: bool = True,
+    ):  # fmt: skip
+        """``hard_negatives`` (simcse geometry): one tensor per hard-negative column, row i being anchor i's own
+        hard negative; every anchor sees all of them as extra candidates (SimCSE's supervised loss)."""
+        if hard_negatives and self.geometry != "simcse":
+            raise ValueError(f"hard negatives need the simcse geometry, not {self.geometry!r}")
         first_view, second_view = first_view.float(), second_view.float()
-        if self.gather:
+        hard_negatives = tuple(column.float() for column in hard_negatives)
+        if self.gather:  # column by column, so that candidate i stays anchor i's positive across processes
             first_view, second_view = gather_with_grad(first_view), gather_with_grad(second_view)
+            hard_negatives = tuple(gather_with_grad(column) for column in hard_negatives)
+        if hard_negatives:
+            second_view = torch.cat([second_view, *hard_negatives])
         logs: dict = {}
         with torch.autocast(device_type=first_view.device.type, enabled=False):
             if self.loss == "infonce":
