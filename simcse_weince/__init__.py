@@ -31,7 +31,9 @@ __all__ = list(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"simcse_weince.{_EXPORTS[name]}"), name)
+        value = getattr(importlib.import_module(f"simcse_weince.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # not the submodule of the same name that the import bound (see text/__init__.py)
+        return value
     raise AttributeError(f"module 'simcse_weince' has no attribute {name!r}")
 
 

@@ -45,7 +45,8 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
     loss_title = LOSS_TITLES.get(config["loss"], config["loss"])
     model_name = f"SimCSE ({loss_title}) on {base_model or Path(config['model']).name}"
     simcse_files = ("wiki1m", "nli_for_simcse")
-    datasets = ["princeton-nlp/datasets-for-simcse"] if Path(config["train_file"]).name.startswith(simcse_files) else None
+    from_simcse = Path(config["train_file"]).name.startswith(simcse_files)
+    datasets = ["princeton-nlp/datasets-for-simcse"] if from_simcse else None
     eval_results = [
         EvalResult(
             task_type="semantic-similarity",

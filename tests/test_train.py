@@ -525,3 +525,20 @@ def test_push_uploads_the_model_without_checkpoints_and_never_prints_the_token(t
     assert not any(name.startswith("checkpoints") for name in uploaded)
     expected = {"modules.json", "model.safetensors", "config.json", "README.md", "results.json", "tokenizer.json"}
     assert expected <= set(uploaded) and "1_Pooling/config.json" in uploaded
+
+
+def test_the_documented_imports_give_the_functions_not_the_modules_of_the_same_name():
+    """``from simcse_weince.text import train`` is the README's import; the lazy package attribute once handed out
+    the module text/train.py instead (importing a submodule binds its name on the package)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import types\n"
+        "from simcse_weince.text import preset, train\n"
+        "from simcse_weince.vision import train as vision_train\n"
+        "assert not isinstance(train, types.ModuleType) and callable(train), train\n"
+        "assert not isinstance(vision_train, types.ModuleType) and callable(vision_train), vision_train\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

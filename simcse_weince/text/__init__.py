@@ -33,5 +33,9 @@ __all__ = list(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"simcse_weince.text.{_EXPORTS[name]}"), name)
+        value = getattr(importlib.import_module(f"simcse_weince.text.{_EXPORTS[name]}"), name)
+        # importing text/train.py binds the package attribute ``train`` to that module; the function takes the
+        # name back, or ``from simcse_weince.text import train`` would hand out the module
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'simcse_weince.text' has no attribute {name!r}")

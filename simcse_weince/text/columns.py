@@ -65,7 +65,9 @@ def _columns_in_role_order(path: Path, header: list[str]) -> tuple[str, ...]:
     names = [name.strip() for name in header]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(f"training file {path}: the header names column {duplicates[0]!r} twice; expected {_expected()}")
+        raise ValueError(
+            f"training file {path}: the header names column {duplicates[0]!r} twice; expected {_expected()}"
+        )
     if len(names) == 1 and names[0] in ("sent0", "anchor", "text"):
         return (names[0],)
     for naming in COLUMN_NAMINGS:

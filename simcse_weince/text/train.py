@@ -124,7 +124,8 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         # --- the loop -------------------------------------------------------------------------------------------
         logger.info(
             "training %s with %s on %s %s from %s: %d steps of %d x %d on %d process(es), %s, %s%s%s",
-            config.model, config.loss, f"{len(tokenized):,}", _describe_rows(columns), train_file, total_steps, config.batch_size, accum,
+            config.model, config.loss, f"{len(tokenized):,}", _describe_rows(columns), train_file, total_steps,
+            config.batch_size, accum,
             accelerator.num_processes, accelerator.device, precision_label(mixed_precision),
             " (mixed precision auto)" if config.mixed_precision == "auto" else "",
             f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "",

@@ -40,5 +40,7 @@ __all__ = list(_EXPORTS)
 
 def __getattr__(name: str):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value  # not the submodule of the same name that the import bound (see text/__init__.py)
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
