@@ -240,7 +240,8 @@ MALFORMED = [
     ("header-only.tsv", "anchor\tpositive\n", "has a header (anchor,positive) but no rows"),
     ("empty.csv", "", "is empty"),
     ("not-object.jsonl", '{"anchor": "a", "positive": "b"}\n["a", "b"]\n', "line 2: a JSON list, not an object"),
-    ("missing-key.jsonl", '{"anchor": "a", "positive": "b"}\n{"anchor": "c"}\n', "line 2: the object has no 'positive'"),
+    ("missing-key.jsonl", '{"anchor": "a", "positive": "b"}\n{"anchor": "c"}\n',
+     "line 2: the object has no 'positive'"),
     ("not-json.jsonl", '{"anchor": "a", "positive": "b"}\n{anchor: c}\n', "line 2: not JSON"),
     ("number.jsonl", '{"anchor": "a", "positive": 3}\n', "column 'positive' holds int 3, not text"),
 ]  # fmt: skip
