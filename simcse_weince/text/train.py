@@ -1,8 +1,10 @@
-"""Unsupervised SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: the training loop, top to bottom.
+"""SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: the training loop, top to bottom.
 
-Every sentence is encoded twice in one forward pass over the doubled batch; the two dropout masks make the
-positive pair, the other sentences of the (global) batch are the negatives (WEINCE's ``simcse`` geometry,
-:class:`~simcse_weince.training.objective.ContrastiveObjective`). STS-B dev is scored every ``eval_steps`` and
+Unsupervised (one sentence a line): every sentence is encoded twice in one forward pass over the doubled batch;
+the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
+``simcse`` geometry, :class:`~simcse_weince.training.objective.ContrastiveObjective`). Supervised (pairs or
+triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
+the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is scored every ``eval_steps`` and
 the best step is exported as a SentenceTransformer. Run folder, checkpoints, resume, logging and Ctrl-C come
 from :mod:`simcse_weince.training`, shared with the vision trainer.
 
