@@ -37,6 +37,7 @@ from simcse_weince.training.accelerator import make_accelerator
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
+from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
     InterruptFlag,
     check_finite,
@@ -66,7 +67,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from tqdm.auto import tqdm
 
-    wall_start = time.perf_counter()
+    timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written card (training/timing.py)
     config.validate()
     output_dir = Path(config.output_dir).expanduser()
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
@@ -103,8 +104,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         if run.checkpoint is not None:
             state = load_checkpoint(accelerator, run.checkpoint)
             logger.info("resumed from %s at step %d of %d", run.checkpoint, state["step"], total_steps)
+            timer.restore(state)
         run.claim(config)
-        start_step, previous_wall = state["step"], state["wall_seconds"]
+        start_step = state["step"]
         sampler = StepBatchSampler(
             len(tokenized), config.batch_size, config.seed, start_step * accum, total_steps * accum,
             accelerator.process_index, accelerator.num_processes,
@@ -117,8 +119,10 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         )  # fmt: skip
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), "simcse-weince")
         dev = DevSelection(accelerator, unwrapped, config, data_dir, state, run.checkpoints / "best")
+        timer.add("setup", timer.since_start())
         if config.eval_before_training and start_step == 0:
-            state["base_stsb_dev_spearman"] = dev.score()
+            with timer.part("evaluation"):
+                state["base_stsb_dev_spearman"] = dev.score()
             logger.info("STS-B dev Spearman before training: %s", _fmt(state["base_stsb_dev_spearman"]))
 
         # --- the loop -------------------------------------------------------------------------------------------
@@ -164,12 +168,14 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                 if step % config.logging_steps == 0:
                     accelerator.log({k: v for k, v in entry.items() if k not in ("step", "train_seconds")}, step=step)
                 if config.eval_steps and (step % config.eval_steps == 0 or step == total_steps):
-                    dev.evaluate(step, progress.write)
+                    with timer.part("evaluation"):
+                        dev.evaluate(step, progress.write)
 
                 stop = stop_requested(accelerator, interrupt)
                 if stop or (config.save_steps and step % config.save_steps == 0 and step < total_steps):
-                    state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
-                    path = run.save_checkpoint(state, config.save_total_limit)
+                    timer.save_into(state)
+                    with timer.part("checkpoint"):
+                        path = run.save_checkpoint(state, config.save_total_limit)
                     if stop:
                         progress.close()
                         logger.warning("%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), path)
@@ -180,13 +186,14 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card --------
         # the last step reaches a checkpoint first (a full disk during the export must not lose it; --resume then
         # only exports); it goes once the export is written, so a finished run keeps its periodic checkpoints only
-        state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
-        last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
+        timer.save_into(state)
+        with timer.part("checkpoint"):
+            last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
         results = export_results(
             accelerator, unwrapped, config, state, dev,
             mixed_precision=mixed_precision, not_applied=not_applied, total_steps=total_steps, start_step=start_step,
             num_sentences=len(tokenized), skipped=skipped, train_file=train_file,
-            wall_seconds=previous_wall + time.perf_counter() - wall_start, last_checkpoint=last,
+            timer=timer, last_checkpoint=last,
         )  # fmt: skip
         run.finish(drop=last)
     accelerator.wait_for_everyone()
