@@ -310,6 +310,7 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
     ):
         assert key in on_disk
     assert on_disk["total_steps"] == 20 and len(on_disk["history"]) == 20
+    assert on_disk["mixed_precision"] == "no" and on_disk["length_chunks"] == 4  # auto in fp32
     # the wall time is the whole run, the final evaluation and export included, and holds every part
     parts = [f"{name}_seconds" for name in TIME_PARTS]
     assert all(on_disk[key] >= 0 for key in parts)
@@ -389,6 +390,7 @@ def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, trai
     assert [entry["learning_rate"] for entry in results["history"]] == pytest.approx([2e-3 / 3, 1e-3 / 3, 0.0])
     assert results["stsb_test_spearman"] is None and results["lambda_stats"] == {}
     assert results["train_sentences_per_second"] > 0 and results["best_step"] == 3
+    assert results["config"]["length_chunks"] == "auto" and results["length_chunks"] == 1  # auto under bf16
     assert "Not evaluated" in (tmp_path / "run" / "README.md").read_text()
     assert (tmp_path / "run" / "modules.json").is_file()
 

@@ -95,6 +95,7 @@ def export_results(
     dev: DevSelection,
     *,
     mixed_precision: str,
+    length_chunks: int,
     not_applied: dict,
     total_steps: int,
     start_step: int,
@@ -148,6 +149,7 @@ def export_results(
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
             "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
+            "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
             **timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
             "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),

@@ -30,7 +30,7 @@ import torch
 
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.precision import precision_label
-from simcse_weince.text.config import TrainConfig
+from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator, load_sentences, resolve_train_file, tokenize
 from simcse_weince.text.results import DevSelection, check_evaluation_data, export_results, not_applied_settings
 from simcse_weince.training.accelerator import make_accelerator
@@ -81,6 +81,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         project_dir=output_dir,
     )
     not_applied = not_applied_settings(config, tensorboard_dropped)
+    length_chunks = resolve_length_chunks(config.length_chunks, mixed_precision)  # auto: by the precision used
     run = RunFolder(output_dir, resume, overwrite, accelerator)
     with run.restore_on_failure():
         # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded -----
@@ -127,10 +128,11 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
         # --- the loop -------------------------------------------------------------------------------------------
         logger.info(
-            "training %s with %s on %s sentences from %s: %d steps of %d x %d on %d process(es), %s, %s%s%s",
+            "training %s with %s on %s sentences from %s: %d steps of %d x %d on %d process(es), %s, %s%s, "
+            "%d length chunk(s)%s",
             config.model, config.loss, f"{len(tokenized):,}", train_file, total_steps, config.batch_size, accum,
             accelerator.num_processes, accelerator.device, precision_label(mixed_precision),
-            " (mixed precision auto)" if config.mixed_precision == "auto" else "",
+            " (mixed precision auto)" if config.mixed_precision == "auto" else "", length_chunks,
             f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "",
         )  # fmt: skip
         is_main = accelerator.is_main_process
@@ -146,7 +148,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                     batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
                     with accelerator.accumulate(model):
                         loss, logs = forward_backward(
-                            model, batch, objective, accelerator, config.mini_batch_size, config.length_chunks
+                            model, batch, objective, accelerator, config.mini_batch_size, length_chunks
                         )
                         if accelerator.sync_gradients and config.max_grad_norm:
                             accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -191,9 +193,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
             last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
         results = export_results(
             accelerator, unwrapped, config, state, dev,
-            mixed_precision=mixed_precision, not_applied=not_applied, total_steps=total_steps, start_step=start_step,
-            num_sentences=len(tokenized), skipped=skipped, train_file=train_file,
-            timer=timer, last_checkpoint=last,
+            mixed_precision=mixed_precision, length_chunks=length_chunks, not_applied=not_applied,
+            total_steps=total_steps, start_step=start_step, num_sentences=len(tokenized), skipped=skipped,
+            train_file=train_file, timer=timer, last_checkpoint=last,
         )  # fmt: skip
         run.finish(drop=last)
     accelerator.wait_for_everyone()
