@@ -14,6 +14,7 @@ import torch
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.provenance import versions
 from simcse_weince.text.config import TrainConfig
+from simcse_weince.training.timing import RunTimer, format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince_config import WeinceConfig
 
@@ -94,6 +95,7 @@ def export_results(
     dev: DevSelection,
     *,
     mixed_precision: str,
+    length_chunks: int,
     not_applied: dict,
     total_steps: int,
     start_step: int,
@@ -101,7 +103,7 @@ def export_results(
     columns: tuple[str, ...] = ("text",),
     skipped: int,
     train_file: Path,
-    wall_seconds: float,
+    timer: RunTimer,
     last_checkpoint: Path | None = None,
 ) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
@@ -109,7 +111,10 @@ def export_results(
 
     The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
     disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
-    ``last_checkpoint`` (the last step's weights, saved before the export) to resume from."""
+    ``last_checkpoint`` (the last step's weights, saved before the export) to resume from.
+
+    ``timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card and
+    ``results.json`` are written (their own few milliseconds are the only part of the run it leaves out)."""
     from simcse_weince.training.runs import reporting_write_failures
 
     if not accelerator.is_main_process:
@@ -122,13 +127,14 @@ def export_results(
     staging = output_dir / EXPORT_STAGING
     kept = f"the last step's weights are in {last_checkpoint}: " if last_checkpoint is not None else ""
     after = f"the partial export is removed; {kept}free space, then run the same command with --resume to export"
-    with reporting_write_failures(output_dir, staging, after):
+    with timer.part("export"), reporting_write_failures(output_dir, staging, after):
         shutil.rmtree(staging, ignore_errors=True)
         model.save_sentence_transformer(staging)
         _move_into(staging, output_dir)
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
-        results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
+        with timer.part("final_evaluation"):
+            results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
     accum, train_seconds = config.gradient_accumulation_steps, state["train_seconds"]
     results.update(
         {
@@ -147,8 +153,9 @@ def export_results(
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
             "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
-            "wall_time_seconds": wall_seconds,
-            "train_time_seconds": train_seconds,
+            "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
+            **timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
+            "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
             "lambda_stats": summarize_lambda(state["history"]),
             "config": applied_config,
@@ -246,7 +253,7 @@ def format_summary(results: dict, output_dir: Path) -> str:
     if results.get("sts_table"):
         lines.append(results["sts_table"])
     lines.append(
-        f"wall time {results['wall_time_seconds']:.0f} s, training {results['train_sentences_per_second']:.1f} "
+        f"wall time {format_time_parts(results)}; training {results['train_sentences_per_second']:.1f} "
         f"sentences/s; model, results.json and README.md in {output_dir}"
     )
     return "\n".join(lines)

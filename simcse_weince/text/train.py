@@ -4,9 +4,9 @@ Unsupervised (one sentence a line): every sentence is encoded twice in one forwa
 the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
 ``simcse`` geometry, :class:`~simcse_weince.training.objective.ContrastiveObjective`). Supervised (pairs or
 triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
-the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is scored every ``eval_steps`` and
-the best step is exported as a SentenceTransformer. Run folder, checkpoints, resume, logging and Ctrl-C come
-from :mod:`simcse_weince.training`, shared with the vision trainer.
+the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
+scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. Run folder, checkpoints,
+resume, logging and Ctrl-C come from :mod:`simcse_weince.training`, shared with the vision trainer.
 
 Example::
 
@@ -32,13 +32,14 @@ import torch
 
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.precision import precision_label
-from simcse_weince.text.config import TrainConfig
+from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
 from simcse_weince.text.results import DevSelection, check_evaluation_data, export_results, not_applied_settings
 from simcse_weince.training.accelerator import make_accelerator
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
+from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
     InterruptFlag,
     check_finite,
@@ -68,7 +69,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     from accelerate.utils import DataLoaderConfiguration, set_seed
     from tqdm.auto import tqdm
 
-    wall_start = time.perf_counter()
+    timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written card (training/timing.py)
     config.validate()
     output_dir = Path(config.output_dir).expanduser()
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
@@ -82,6 +83,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         project_dir=output_dir,
     )
     not_applied = not_applied_settings(config, tensorboard_dropped)
+    length_chunks = resolve_length_chunks(config.length_chunks, mixed_precision)  # auto: by the precision used
     run = RunFolder(output_dir, resume, overwrite, accelerator)
     with run.restore_on_failure():
         # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded -----
@@ -105,8 +107,9 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         if run.checkpoint is not None:
             state = load_checkpoint(accelerator, run.checkpoint)
             logger.info("resumed from %s at step %d of %d", run.checkpoint, state["step"], total_steps)
+            timer.restore(state)
         run.claim(config)
-        start_step, previous_wall = state["step"], state["wall_seconds"]
+        start_step = state["step"]
         sampler = StepBatchSampler(
             len(tokenized), config.batch_size, config.seed, start_step * accum, total_steps * accum,
             accelerator.process_index, accelerator.num_processes,
@@ -119,17 +122,20 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         )  # fmt: skip
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), "simcse-weince")
         dev = DevSelection(accelerator, unwrapped, config, data_dir, state, run.checkpoints / "best")
+        timer.add("setup", timer.since_start())
         if config.eval_before_training and start_step == 0:
-            state["base_stsb_dev_spearman"] = dev.score()
+            with timer.part("evaluation"):
+                state["base_stsb_dev_spearman"] = dev.score()
             logger.info("STS-B dev Spearman before training: %s", _fmt(state["base_stsb_dev_spearman"]))
 
         # --- the loop -------------------------------------------------------------------------------------------
         logger.info(
-            "training %s with %s on %s %s from %s: %d steps of %d x %d on %d process(es), %s, %s%s%s",
+            "training %s with %s on %s %s from %s: %d steps of %d x %d on %d process(es), %s, %s%s, "
+            "%d length chunk(s)%s",
             config.model, config.loss, f"{len(tokenized):,}", _describe_rows(columns), train_file, total_steps,
             config.batch_size, accum,
             accelerator.num_processes, accelerator.device, precision_label(mixed_precision),
-            " (mixed precision auto)" if config.mixed_precision == "auto" else "",
+            " (mixed precision auto)" if config.mixed_precision == "auto" else "", length_chunks,
             f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "",
         )  # fmt: skip
         is_main = accelerator.is_main_process
@@ -145,7 +151,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                     batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
                     with accelerator.accumulate(model):
                         loss, logs = forward_backward(
-                            model, batch, objective, accelerator, config.mini_batch_size, config.length_chunks,
+                            model, batch, objective, accelerator, config.mini_batch_size, length_chunks,
                             num_columns=len(columns),
                         )  # fmt: skip
                         if accelerator.sync_gradients and config.max_grad_norm:
@@ -168,12 +174,14 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
                 if step % config.logging_steps == 0:
                     accelerator.log({k: v for k, v in entry.items() if k not in ("step", "train_seconds")}, step=step)
                 if config.eval_steps and (step % config.eval_steps == 0 or step == total_steps):
-                    dev.evaluate(step, progress.write)
+                    with timer.part("evaluation"):
+                        dev.evaluate(step, progress.write)
 
                 stop = stop_requested(accelerator, interrupt)
                 if stop or (config.save_steps and step % config.save_steps == 0 and step < total_steps):
-                    state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
-                    path = run.save_checkpoint(state, config.save_total_limit)
+                    timer.save_into(state)
+                    with timer.part("checkpoint"):
+                        path = run.save_checkpoint(state, config.save_total_limit)
                     if stop:
                         progress.close()
                         logger.warning("%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), path)
@@ -184,13 +192,14 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
         # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card --------
         # the last step reaches a checkpoint first (a full disk during the export must not lose it; --resume then
         # only exports); it goes once the export is written, so a finished run keeps its periodic checkpoints only
-        state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
-        last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
+        timer.save_into(state)
+        with timer.part("checkpoint"):
+            last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
         results = export_results(
             accelerator, unwrapped, config, state, dev,
-            mixed_precision=mixed_precision, not_applied=not_applied, total_steps=total_steps, start_step=start_step,
-            num_rows=len(tokenized), columns=columns, skipped=skipped, train_file=train_file,
-            wall_seconds=previous_wall + time.perf_counter() - wall_start, last_checkpoint=last,
+            mixed_precision=mixed_precision, length_chunks=length_chunks, not_applied=not_applied,
+            total_steps=total_steps, start_step=start_step, num_rows=len(tokenized), columns=columns,
+            skipped=skipped, train_file=train_file, timer=timer, last_checkpoint=last,
         )  # fmt: skip
         run.finish(drop=last)
     accelerator.wait_for_everyone()

@@ -36,6 +36,7 @@ from simcse_weince.training.runs import (
     new_trainer_state,
     read_trainer_state,
 )
+from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
     InterruptFlag,
     check_finite,
@@ -52,7 +53,9 @@ __all__ = ["VisionTrainConfig", "ContrastiveObjective", "train", "build_model", 
 
 
 def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
-    """Pretrain a SimCLR model; returns ``{"output_dir", "checkpoint", "step", "history"}``.
+    """Pretrain a SimCLR model; returns ``{"output_dir", "checkpoint", "step", "history"}`` and the times:
+    ``wall_time_seconds`` (the whole call, set-up to the last checkpoint written, plus earlier sessions of a
+    resumed run), ``setup_seconds``, ``train_seconds``, ``checkpoint_seconds`` (:mod:`simcse_weince.training.timing`).
 
     ``resume``: True / ``"latest"`` (the newest intact checkpoint in ``output_dir``) or a checkpoint folder. Model,
     optimizer, RNG and extra-term states are restored and training continues at the saved step, with the batches
@@ -67,7 +70,7 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
     from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
     from simcse_weince.vision.extra_terms import TopMExtraTerms
 
-    wall_start = time.perf_counter()
+    timer = RunTimer()
     config.validate()
     output_dir = Path(config.output_dir).expanduser()
     log_with, csv_tracker, _ = make_trackers(config.report_to, output_dir / "logs")
@@ -110,14 +113,16 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
         if run.checkpoint is not None:
             state = load_checkpoint(accelerator, run.checkpoint)
             logger.info("resumed from %s at step %d of %d", run.checkpoint, state["step"], total_steps)
+            timer.restore(state)
         run.claim(config)
-        start_step, previous_wall = state["step"], state["wall_seconds"]
+        start_step = state["step"]
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), "simcse-weince-vision")
 
         # --- the loop ---------------------------------------------------------------------------------------------
         def save() -> Path:
-            state["wall_seconds"] = previous_wall + time.perf_counter() - wall_start
-            return run.save_checkpoint(state, config.save_total_limit)
+            timer.save_into(state)
+            with timer.part("checkpoint"):
+                return run.save_checkpoint(state, config.save_total_limit)
 
         # each process loads its share of every global batch: (seed, step) -> images, so a resume needs no skipping
         sampler = _EpochBatches(
@@ -137,6 +142,7 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
         )  # fmt: skip
         model.train()
         session_seconds = 0.0
+        timer.add("setup", timer.since_start())
         with InterruptFlag() as interrupt:
             for step, ((view_1, view_2), _) in enumerate(loader, start=start_step + 1):
                 step_start = time.perf_counter()
@@ -178,7 +184,12 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
             checkpoint = save()
         run.finish()
     accelerator.end_training()
-    return {"output_dir": str(output_dir), "checkpoint": str(checkpoint), "step": state["step"], "history": history}
+    # the vision trainer evaluates and exports nothing (`vision eval` does)
+    times = timer.report(state["train_seconds"], parts=("setup", "train", "checkpoint"))
+    return {
+        "output_dir": str(output_dir), "checkpoint": str(checkpoint), "step": state["step"], "history": history,
+        **times,
+    }  # fmt: skip
 
 
 def build_model(config: VisionTrainConfig):
