@@ -31,12 +31,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 class Mutation:
     name: str
     path: str  # relative to the repository root
-    edits: tuple[tuple[str, str], ...]  # (original snippet, replacement); each original must occur exactly once
+    # (original snippet, replacement) in path, or (another path, snippet, replacement); each original must occur
+    # exactly once in its file
+    edits: tuple[tuple[str, ...], ...]
     tests: tuple[str, ...]  # pytest arguments: files, node ids, "-k" expressions
     why: str
 
 
-CORE, TRAIN = "simcse_weince/weince.py", "simcse_weince/text/train.py"
+CORE, TRAIN, LOOP = "simcse_weince/weince.py", "simcse_weince/text/train.py", "simcse_weince/training/loop.py"
 COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
@@ -109,8 +111,8 @@ MUTATIONS = (
     # ---- the text trainer
     Mutation(
         "text trainer: no optimizer.step() and model.eval() instead of model.train()", TRAIN,
-        (("optimizer.step()\n", "pass\n"), ("micro_batches = iter(loader)\n        model.train()",
-                                             "micro_batches = iter(loader)\n        model.eval()")),
+        (("optimizer.step()\n", "pass\n"),
+         (LOOP, "batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()")),
         ("tests/test_train.py", "-k", "fixed_batch"), "issue 13: every trainer test passed with it",
     ),
     Mutation(
@@ -118,14 +120,13 @@ MUTATIONS = (
         ("tests/test_train.py", "-k", "fixed_batch"), "weights must change",
     ),
     Mutation(
-        "text trainer: model.eval() instead of model.train() (no dropout views)", TRAIN,
-        (("micro_batches = iter(loader)\n        model.train()",
-          "micro_batches = iter(loader)\n        model.eval()"),),
+        "training loop: model.eval() instead of model.train() (text: no dropout views)", LOOP,
+        (("batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()"),),
         ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
     ),
     Mutation(
         "text trainer: the last step exported instead of the best dev step", RESULTS,
-        (("load_weights(self.model.encoder, self.best_dir)", "pass"),),
+        (("load_weights(self.model.evaluation_modules(), self.best_dir)", "pass"),),
         ("tests/test_train.py", "-k", "best_dev"), "the best-dev checkpoint is the exported one",
     ),
     Mutation(
@@ -223,7 +224,8 @@ MUTATIONS = (
     # ---- the shared training core (issue 11)
     Mutation(
         "vision trainer: a resumed run restarts the data at batch 0", VISION_TRAIN,
-        (("config.seed, start_step, total_steps,", "config.seed, 0, total_steps - start_step,"),),
+        (("self.config.seed, run.start_step, run.total_steps,",
+          "self.config.seed, 0, run.total_steps - run.start_step,"),),
         ("tests/test_vision_train.py", "-k", "epoch_boundary"), "a resume must continue the data where it stopped",
     ),
     Mutation(
@@ -286,9 +288,8 @@ MUTATIONS = (
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: the .tmp kept the disk full for the resume",
     ),
     Mutation(
-        "checkpoints: the text export does not save the last step first", TRAIN,
-        (("last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)",
-          "last = run.checkpoint"),),
+        "checkpoints: the text export does not save the last step first", LOOP,
+        (('        if saved_step != state["step"] or checkpoint is None:\n', "        if False:\n"),),
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
@@ -369,19 +370,23 @@ def copy_tree(destination: Path) -> Path:
     return repo
 
 
-def apply(mutation: Mutation, repo: Path) -> str | None:
-    """Write the mutated file; returns the original text, or None (with a loud message) when a snippet is off."""
-    target = repo / mutation.path
-    original = target.read_text(encoding="utf-8")
-    mutated = original
-    for snippet, replacement in mutation.edits:
-        count = mutated.count(snippet)
+def apply(mutation: Mutation, repo: Path) -> dict[Path, str] | None:
+    """Write the mutated files; returns their original texts, or None (with a loud message) when a snippet is off
+    (nothing is then written)."""
+    mutated: dict[Path, str] = {}
+    for edit in mutation.edits:
+        path, snippet, replacement = edit if len(edit) == 3 else (mutation.path, *edit)
+        target = repo / path
+        text = mutated.get(target, target.read_text(encoding="utf-8") if target.is_file() else "")
+        count = text.count(snippet)
         if count != 1:
-            print(f"  NOT APPLIED: {mutation.path} holds {count} copies of {snippet!r} (expected exactly 1)")
+            print(f"  NOT APPLIED: {path} holds {count} copies of {snippet!r} (expected exactly 1)")
             return None
-        mutated = mutated.replace(snippet, replacement)
-    target.write_text(mutated, encoding="utf-8")
-    return original
+        mutated[target] = text.replace(snippet, replacement)
+    originals = {target: target.read_text(encoding="utf-8") for target in mutated}
+    for target, text in mutated.items():
+        target.write_text(text, encoding="utf-8")
+    return originals
 
 
 def sanity_selection(mutations) -> tuple[str, ...]:
@@ -442,14 +447,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sanity: every test selection passes without bugs ({seconds:.0f} s)", flush=True)
         for index, mutation in enumerate(mutations, 1):
             print(f"[{index}/{len(mutations)}] {mutation.name}", flush=True)
-            original = apply(mutation, repo)
-            if original is None:
+            originals = apply(mutation, repo)
+            if originals is None:
                 results.append((mutation, "NOT APPLIED", 0.0))
                 continue
             try:
                 outcome, seconds = run_tests(mutation, repo, args.timeout)
             finally:
-                (repo / mutation.path).write_text(original, encoding="utf-8")
+                for target, text in originals.items():
+                    target.write_text(text, encoding="utf-8")
             print(f"  {outcome} in {seconds:.0f} s by {' '.join(mutation.tests)}", flush=True)
             results.append((mutation, outcome, seconds))
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ import torch
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.provenance import versions
 from simcse_weince.text.config import TrainConfig
+from simcse_weince.training.loop import TrainingRun
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince_config import WeinceConfig
 
@@ -86,35 +88,30 @@ class DevSelection:
             load_weights(self.model.evaluation_modules(), self.best_dir)
 
 
-def export_results(
-    accelerator,
-    model,
-    config: TrainConfig,
-    state: dict,
-    dev: DevSelection,
-    *,
-    mixed_precision: str,
-    not_applied: dict,
-    total_steps: int,
-    start_step: int,
-    num_rows: int,
-    columns: tuple[str, ...] = ("text",),
-    skipped: int,
-    train_file: Path,
-    wall_seconds: float,
-    last_checkpoint: Path | None = None,
-) -> dict:
+@dataclass(frozen=True)
+class TrainingRows:
+    """What the run was trained on, as ``results.json`` reports it."""
+
+    train_file: Path
+    columns: tuple[str, ...]  # the training file's columns, in role order
+    num_rows: int  # sentences (one column), pairs or triplets
+    skipped: int  # empty lines skipped
+
+
+def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
     model card (main process; the others return ``{}``).
 
     The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
     disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
-    ``last_checkpoint`` (the last step's weights, saved before the export) to resume from."""
+    ``run.last_checkpoint`` (the last step's weights, saved before the export) to resume from."""
     from simcse_weince.training.runs import reporting_write_failures
 
+    wall_seconds = run.wall_seconds()  # up to the export
+    config, accelerator, state, last_checkpoint = run.config, run.accelerator, run.state, run.last_checkpoint
     if not accelerator.is_main_process:
         return {}
-    output_dir = Path(config.output_dir).expanduser()
+    output_dir = run.output_dir
     applied_config = config.to_dict()
     if "report_to" in not_applied:
         applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
@@ -129,24 +126,25 @@ def export_results(
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
         results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
-    accum, train_seconds = config.gradient_accumulation_steps, state["train_seconds"]
+    accum, train_seconds, total_steps = config.gradient_accumulation_steps, state["train_seconds"], run.total_steps
+    columns, num_rows = data.columns, data.num_rows
     results.update(
         {
             "best_step": state["best_step"] or total_steps,
             "best_stsb_dev_spearman_during_training": state["best_stsb_dev_spearman"],
             "base_stsb_dev_spearman": state["base_stsb_dev_spearman"],
             "total_steps": total_steps,
-            "resumed_from_step": start_step or None,
+            "resumed_from_step": run.start_step or None,
             "num_train_rows": num_rows,  # sentences (one column), pairs or triplets
             "num_train_sentences": num_rows * len(columns),
             "train_columns": column_roles(columns),  # each column of the training file and what it meant
             "evaluation_pooler": model.evaluation_pooler,
             "embedding_dimension": model.encoder.config.hidden_size,
-            "skipped_empty_lines": skipped,
-            "train_file": str(train_file),
+            "skipped_empty_lines": data.skipped,
+            "train_file": str(data.train_file),
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
-            "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
+            "mixed_precision": run.mixed_precision,  # the precision used (config.mixed_precision may say auto)
             "wall_time_seconds": wall_seconds,
             "train_time_seconds": train_seconds,
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
