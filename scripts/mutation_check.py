@@ -43,7 +43,7 @@ COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/inf
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
-SIGNALS, COMPARE = "simcse_weince/training/signals.py", "simcse_weince/compare.py"
+SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -245,12 +245,12 @@ MUTATIONS = (
     ),
     # ---- comparisons (issue 10)
     Mutation(
-        "compare: runs paired across different seeds", "simcse_weince/compare.py",
+        "compare: runs paired across different seeds", "simcse_weince/compare/statistics.py",
         (("[by_cell[baseline, seed][metric] for seed in paired]", "[by_cell[baseline, seed][metric] for seed in paired[::-1]]"),),  # noqa: E501
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a paired difference compares runs of the same seed",
     ),
     Mutation(
-        "vision compare: a finished cell is trained again", "simcse_weince/compare.py",
+        "vision compare: a finished cell is trained again", "simcse_weince/vision/cells.py",
         (("    results = state.results\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
           "    results = None\n    if results is not None:\n        return results\n    from simcse_weince.training.runs"),),  # noqa: E501
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a rerun of a sweep must train only the missing cells",
@@ -310,30 +310,30 @@ MUTATIONS = (
         ("tests/test_signals.py", "-k", "stops_train"), "issue 24.2: SIGTERM's conventional exit code is 143",
     ),
     Mutation(
-        "trust B/compare: the settings in a finished cell's results.json are not checked", COMPARE,
+        "trust B/compare: the settings in a finished cell's results.json are not checked", CELLS,
         (('        differences.update(_differences(config, recorded, results.get("not_applied")))\n', "        pass\n"),),  # noqa: E501
         ("tests/test_bad_inputs.py", "-k", "without_its_training_config"),
         "issue 24.3: a cell without training_config.yaml was reused under other settings",
     ),
     Mutation(
-        "trust B/compare: the training file's fingerprint is not compared", COMPARE,
+        "trust B/compare: the training file's fingerprint is not compared", CELLS,
         (("            if old != new:\n", "            if False:\n"),),
         ("tests/test_bad_inputs.py", "-k", "training_file_changed"),
         "issue 24.3: new content at the same path went unnoticed",
     ),
     Mutation(
-        "trust B/compare: a results.json of {} counts as a finished cell", COMPARE,
+        "trust B/compare: a results.json of {} counts as a finished cell", CELLS,
         (('        return "it is empty ({})"\n', "        return None\n"),),
         ("tests/test_bad_inputs.py", "-k", "not_a_result"), "issue 24.3: the seed silently dropped out of the pairs",
     ),
     Mutation(
-        "trust B/compare: each cell is checked only when its turn comes", COMPARE,
+        "trust B/compare: each cell is checked only when its turn comes", "simcse_weince/compare/sweep.py",
         (("    states = {cell: check_cell(config, task) for cell, config in order}",
           "    states = dict.fromkeys(configs)"),),
         ("tests/test_bad_inputs.py", "-k", "every_cell_before"), "issue 24: validate before the first cell trains",
     ),
     Mutation(
-        "trust B/inputs: --seeds 1,,2 read as 1,2", "simcse_weince/compare_cli.py",
+        "trust B/inputs: --seeds 1,,2 read as 1,2", "simcse_weince/compare/cli.py",
         (('    parts = [part.strip() for part in text.split(",")]\n',
           '    parts = [part.strip() for part in text.split(",") if part.strip()]\n'),),
         ("tests/test_bad_inputs.py", "-k", "seeds_are_checked"), "issue 24.5: an empty item was silently skipped",
