@@ -10,7 +10,8 @@
 * :mod:`~simcse_weince.diagnostics.plots` — the figures (matplotlib), including the trainer's per-step lambda
   statistics over training.
 
-The command ``simcse-weince diagnose MODEL --data FILE`` runs all of it and writes ``report.json`` and PNGs.
+:func:`diagnose` (:mod:`~simcse_weince.diagnostics.pipeline`) runs all of it and writes ``report.json`` and PNGs;
+so does the command ``simcse-weince diagnose MODEL --data FILE``.
 """
 
 from importlib import import_module
@@ -31,6 +32,7 @@ _EXPORTS = {
     "ksweep": ("KSweepResult", "k_sweep", "proposition1_bounds"),
     "link": ("LinkFit", "fit_link", "shortfall_transform"),
     "pot": ("GPDFit", "exceedances_above", "fit_gpd", "gpd_loglik", "threshold_stability"),
+    "pipeline": ("DiagnoseSettings", "diagnose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -42,11 +44,13 @@ def __getattr__(name):
 
 
 __all__ = [
+    "DiagnoseSettings",
     "GPDFit",
     "KSweepResult",
     "LinkFit",
     "candidate_sets",
     "cosine_matrix",
+    "diagnose",
     "distinct_rows",
     "encode_images",
     "encode_sentences",
