@@ -11,7 +11,7 @@ from train_helpers import REPO_ROOT
 
 from simcse_weince.compare import report as study_report
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))  # negatives_study
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # negatives_study
 
 
 def test_decision_rule_is_the_protocols():
@@ -45,7 +45,7 @@ def test_report_reads_a_comparison(tmp_path):
 def test_aic_gate_simulation_shows_the_gate_open_whatever_the_domain():
     # the README's explanation of the study rests on this: the spec's per-anchor AIC gate opens for nearly every
     # anchor of Gumbel- and Weibull-domain rows alike, while the Weibull slope recovers a true Weibull tail's index
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "aic_gate_null.py"), "--rows", "400"],
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "study" / "aic_gate_null.py"), "--rows", "400"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     table = [line for line in out.splitlines() if line.startswith("| ") and "negatives drawn" not in line]
     rows = [line.split("|")[1:-1] for line in table]

@@ -40,7 +40,7 @@ from simcse_weince.text.train import forward_backward, train
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince import WeinceConfig
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))
 from sick_supervised_demo import build_sick_files  # noqa: E402
 
 ROWS = 12
@@ -240,7 +240,8 @@ MALFORMED = [
     ("header-only.tsv", "anchor\tpositive\n", "has a header (anchor,positive) but no rows"),
     ("empty.csv", "", "is empty"),
     ("not-object.jsonl", '{"anchor": "a", "positive": "b"}\n["a", "b"]\n', "line 2: a JSON list, not an object"),
-    ("missing-key.jsonl", '{"anchor": "a", "positive": "b"}\n{"anchor": "c"}\n', "line 2: the object has no 'positive'"),
+    ("missing-key.jsonl", '{"anchor": "a", "positive": "b"}\n{"anchor": "c"}\n',
+     "line 2: the object has no 'positive'"),
     ("not-json.jsonl", '{"anchor": "a", "positive": "b"}\n{anchor: c}\n', "line 2: not JSON"),
     ("number.jsonl", '{"anchor": "a", "positive": 3}\n', "column 'positive' holds int 3, not text"),
 ]  # fmt: skip

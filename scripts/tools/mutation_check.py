@@ -1,8 +1,8 @@
 """Plant known bugs in a temporary copy of the package, one at a time, and check the default tests kill each one.
 
-    python scripts/mutation_check.py                 # every mutation
-    python scripts/mutation_check.py --only gate     # the mutations whose name contains "gate"
-    python scripts/mutation_check.py --list          # names, files and test selections
+    python scripts/tools/mutation_check.py                 # every mutation
+    python scripts/tools/mutation_check.py --only gate     # the mutations whose name contains "gate"
+    python scripts/tools/mutation_check.py --list          # names, files and test selections
 
 The working tree is copied to a temporary folder (with ``../shared`` linked beside it, so the tests find the real
 data); each mutation replaces one short snippet of a source file (the snippet must occur exactly once, otherwise the
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ variant averaged over seeds and steps, the decision of docs/experiments.md (the 
 difference above 0, below 0, or containing 0) and the wall time of the cells
 (:func:`simcse_weince.compare.report.study_report`).
 
-    python scripts/study_report.py results/study/cpu-cls results/study/cpu-demo --against infonce-hardness
+    python scripts/study/study_report.py results/study/cpu-cls results/study/cpu-demo --against infonce-hardness
 """
 
 from __future__ import annotations
