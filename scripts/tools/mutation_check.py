@@ -104,8 +104,8 @@ MUTATIONS = (
     ),
     Mutation(
         "losses: InfoNCELoss ignores its temperature", INFONCE,
-        (("loss = infonce_loss(anchors, candidates, temperature=self.temperature)",
-          "loss = infonce_loss(anchors, candidates, temperature=1.0)"),),
+        (("return infonce_loss(anchors, candidates, temperature=self.temperature)",
+          "return infonce_loss(anchors, candidates, temperature=1.0)"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
