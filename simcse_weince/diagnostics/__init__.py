@@ -14,7 +14,7 @@
 so does the command ``simcse-weince diagnose MODEL --data FILE``.
 """
 
-from importlib import import_module
+from simcse_weince._lazy import lazy_exports
 
 # Names -> submodule. Imported lazily so that `simcse-weince --help` (which imports diagnostics.cli) stays fast.
 _EXPORTS = {
@@ -37,10 +37,7 @@ _EXPORTS = {
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
-def __getattr__(name):
-    if name in _MODULE_OF:
-        return getattr(import_module(f"simcse_weince.diagnostics.{_MODULE_OF[name]}"), name)
-    raise AttributeError(f"module 'simcse_weince.diagnostics' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 
 __all__ = [
