@@ -262,8 +262,10 @@ MUTATIONS = (
     ),
     # ---- distributed
     Mutation(
-        "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
-        (("dist.all_reduce(grad)\n", "pass\n"),),
+        "distributed: the gathered rows carry no gradient to the other processes", "simcse_weince/distributed.py",
+        (("return all_gather_with_grad(tensor.contiguous())", "return all_gather(tensor.contiguous())"),
+         ("from sentence_transformers.util import all_gather_with_grad",
+          "from sentence_transformers.util import all_gather")),
         ("tests/test_distributed_loss.py",), "the global-batch gradient needs every process's share",
     ),
     # ---- issue 24: checkpoints
