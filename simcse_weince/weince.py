@@ -42,6 +42,8 @@ __all__ = [
 ]
 
 GEOMETRIES = ("simcse", "simclr")
+# what a call without a config uses: built (and validated) once, not on every loss call; only read here
+_DEFAULT_CONFIG = WeinceConfig()
 
 
 @dataclass
@@ -213,7 +215,7 @@ def tail_statistics(
     Returns:
         :class:`TailStatistics` with ``rho``, ``delta_aic``, ``beta_hat`` (length A) in float32/float64.
     """
-    config = config or WeinceConfig()
+    config = config or _DEFAULT_CONFIG
     if negative_similarities.dim() != 2 or negative_similarities.shape[1] < 1:
         raise ValueError(
             f"negative_similarities must be A x K with K >= 1, got shape {tuple(negative_similarities.shape)}"
@@ -324,7 +326,7 @@ def mixing_weights(stats: TailStatistics, config: WeinceConfig | None = None):
 
     Returns ``(mixing_weight, rho0)``.
     """
-    config = config or WeinceConfig()
+    config = config or _DEFAULT_CONFIG
     rho = stats.rho
     # the authors' fallback for degenerate tails is the lower median
     rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(config.quantile * (rho.numel() - 1))
@@ -587,7 +589,7 @@ def weince_loss(
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
     """
-    config = config or WeinceConfig()
+    config = config or _DEFAULT_CONFIG
     if not isinstance(config, WeinceConfig):
         raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)

@@ -103,6 +103,32 @@ def check_trainer_step(accelerator, model_path, sentences) -> dict:
             "single_process_loss": expected.item(),
             **_gradient_difference(accelerator.unwrap_model(ddp_model), reference),
         }
+    # triplets (supervised SimCSE): each process holds its rows' three columns; every column is gathered on its
+    # own, so the loss is the one-process loss of all rows with all hard negatives as extra candidates
+    rows = world * LOCAL_BATCH
+    triplets = [[sentences[i], sentences[rows + i], sentences[2 * rows + i]] for i in range(rows)]
+
+    def tokenize_rows(batch_rows):
+        return collate([
+            {key: [encoded[key] for encoded in (model.tokenizer(t, truncation=True, max_length=32) for t in row)]
+             for key in ("input_ids", "attention_mask", "token_type_ids")}
+            for row in batch_rows
+        ])  # fmt: skip
+
+    local_rows = tokenize_rows(triplets[rank * LOCAL_BATCH : (rank + 1) * LOCAL_BATCH])
+    for loss_name in ("weince", "infonce"):
+        ddp_model.zero_grad(set_to_none=True)
+        reference.zero_grad(set_to_none=True)
+        objective = ContrastiveObjective(loss_name, 0.05, weince=CONFIG, gather=True)
+        loss, _ = forward_backward(ddp_model, local_rows, objective, accelerator, mini_batch_size=3, num_columns=3)
+        expected, _ = forward_backward(reference, tokenize_rows(triplets),
+                                       ContrastiveObjective(loss_name, 0.05, weince=CONFIG, gather=False),
+                                       accelerator, num_columns=3)  # fmt: skip
+        report[f"{loss_name}_triplets"] = {
+            "loss": loss.item(),
+            "single_process_loss": expected.item(),
+            **_gradient_difference(accelerator.unwrap_model(ddp_model), reference),
+        }
     return report
 
 

@@ -10,7 +10,7 @@ from sentence_transformers import SentenceTransformer
 from train_helpers import assert_grads_close
 
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
-from simcse_weince.text.config import preset
+from simcse_weince.text.config import preset, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.train import forward_backward
@@ -112,10 +112,16 @@ def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(min
             assert diagnostics[name].item() == pytest.approx(statistic.item(), rel=1e-4, abs=1e-5), (options, name)
 
 
-def test_length_chunks_are_validated_and_default_on():
-    assert preset("cpu-demo").length_chunks > 1
+def test_length_chunks_are_validated_and_default_to_chunks_in_fp32_only():
+    # auto: chunks pay in fp32; under bf16 (measured on a CPU with AMX, issue 26) one padded forward is faster
+    assert preset("cpu-demo").length_chunks == "auto"
+    assert resolve_length_chunks("auto", "no") > 1
+    assert resolve_length_chunks("auto", "bf16") == resolve_length_chunks("auto", "fp16") == 1
+    assert resolve_length_chunks(3, "bf16") == 3  # an explicit number is kept in any precision
     with pytest.raises(ValueError, match="length_chunks must be >= 1"):
         preset("cpu-demo", length_chunks=0)
+    with pytest.raises(ValueError, match="length_chunks must be an integer or 'auto'"):
+        preset("cpu-demo", length_chunks="many")
 
 
 def test_sentence_transformers_token_budget_gives_the_padded_loss_and_gradients(minilm_path, sentences, one_thread):

@@ -47,7 +47,8 @@ def test_the_tables_agree():
     # SimCSE's --mlp_only_train: cls trains with the MLP head and is exported without it; the others unchanged
     assert EXPORT_POOLER == {"cls": "cls_before_pooler", "cls_before_pooler": "cls_before_pooler", "avg": "avg"}
     assert set(EXPORT_POOLER.values()) <= set(SENTENCE_TRANSFORMERS_POOLING) <= set(POOLERS)
-    assert SENTENCE_TRANSFORMERS_POOLING == {"cls_before_pooler": "cls", "avg": "mean"}
+    # cls itself is exported by supervised runs (mlp_only_train=False): Pooling(cls) followed by the MLP as a Dense
+    assert SENTENCE_TRANSFORMERS_POOLING == {"cls_before_pooler": "cls", "avg": "mean", "cls": "cls"}
     assert poolers.__doc__ and "pooler_output" in POOLERS["cls"]
 
 

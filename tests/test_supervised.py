@@ -271,3 +271,35 @@ def _expect_one_error_line(tiny_model, path, tmp_path, capsys, expect):
     error_lines = [line for line in err.splitlines() if "error:" in line]
     assert len(error_lines) == 1 and expect in error_lines[0], err[-2000:]
     assert not run_dir.exists(), "a failed start left a run folder behind"
+
+
+def test_compare_runs_on_a_triplet_file_unchanged(tiny_model, sick, tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    args = [
+        "compare", "--preset", "cpu-cls", "--losses", "infonce,weince", "--seeds", "1,2", "--max-steps", "2",
+        "--eval-steps", "0", "--final-tasks", "none", "--output-dir", str(sweep), "--data-dir", str(data_dir),
+        "--eval-before-training", "false", "--save-steps", "0", "--report-to", "csv", "--mixed-precision", "no",
+        "--model", tiny_model, "--train-file", str(sick["triplets"]), "--batch-size", "16", "--eval-max-length",
+        "32",
+    ]  # fmt: skip
+    assert main(args) == 0
+    summary = json.loads((sweep / "comparison.json").read_text())
+    assert {(run["variant"], run["seed"]) for run in summary["runs"]} == {
+        (variant, seed) for variant in ("infonce", "weince") for seed in (1, 2)}  # fmt: skip
+    for run in summary["runs"]:
+        results = json.loads((sweep / run["variant"] / f"seed-{run['seed']}" / "results.json").read_text())
+        assert results["train_columns"] == {"sent0": "anchor", "sent1": "positive", "hard_neg": "hard negative"}
+        assert run["stsb_test"] == pytest.approx(results["stsb_test_spearman"])
+    assert summary["differences"]["weince"]["stsb_test"]["n"] == 2
+    assert main(args) == 0  # a rerun reads the four finished cells: same settings, same file
+
+
+def test_paper_sup_offline_without_the_nli_file_says_where_it_looked(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    code = main(["train", "--preset", "paper-sup", "--data-dir", str(tmp_path), "--output-dir", str(run_dir)])
+    err = capsys.readouterr().err
+    error_lines = [line for line in err.splitlines() if "error:" in line]
+    assert code != 0 and len(error_lines) == 1 and "Traceback" not in err, err[-2000:]
+    assert "nli_for_simcse.csv" in error_lines[0] and str(tmp_path) in error_lines[0]
+    assert not run_dir.exists()

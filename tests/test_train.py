@@ -13,11 +13,13 @@ from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 from simcse_weince.config import apply_overrides, read_config_file
-from simcse_weince.text.config import TrainConfig, preset
+from simcse_weince.text.config import TrainConfig, preset, resolve_length_chunks
 from simcse_weince.text.data import load_sentences
+from simcse_weince.text.results import format_summary
 from simcse_weince.text.train import train
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.training.timing import TIME_PARTS
 
 
 @pytest.fixture(scope="module")
@@ -308,6 +310,16 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
     ):
         assert key in on_disk
     assert on_disk["total_steps"] == 20 and len(on_disk["history"]) == 20
+    # length_chunks auto: the chunks of the precision the run used (auto: bf16 where native, else fp32)
+    assert on_disk["length_chunks"] == resolve_length_chunks("auto", on_disk["mixed_precision"])
+    # the wall time is the whole run, the final evaluation and export included, and holds every part
+    parts = [f"{name}_seconds" for name in TIME_PARTS]
+    assert all(on_disk[key] >= 0 for key in parts)
+    assert on_disk["final_evaluation_seconds"] > 0 and on_disk["evaluation_seconds"] > 0
+    assert sum(on_disk[key] for key in parts) <= on_disk["wall_time_seconds"]
+    assert on_disk["train_seconds"] == on_disk["train_time_seconds"] == on_disk["history"][-1]["train_seconds"]
+    summary = format_summary(on_disk, output_dir)
+    assert f"wall time {on_disk['wall_time_seconds']:.0f} s (" in summary and "final evaluation" in summary
     assert [e["step"] for e in on_disk["evaluations"]] == [10, 20]
     assert on_disk["best_step"] in (10, 20)
     # during training our own encoder scores dev; at the end the exported folder does (same model, other batching:
@@ -338,6 +350,8 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
         "Gao" in card and "2606.00262" in card and "WEINCE" in card and f"{results['stsb_test_spearman']:.2f}" in card
     )
     assert "SentenceTransformer(" in card
+    assert f"{on_disk['wall_time_seconds']:.0f} s wall time for the whole run" in card
+    assert f"final evaluation {on_disk['final_evaluation_seconds']:.0f} s" in card
     header = yaml.safe_load(card.split("---")[1])
     assert header["library_name"] == "sentence-transformers" and "model-index" in header
 
@@ -377,6 +391,7 @@ def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, trai
     assert [entry["learning_rate"] for entry in results["history"]] == pytest.approx([2e-3 / 3, 1e-3 / 3, 0.0])
     assert results["stsb_test_spearman"] is None and results["lambda_stats"] == {}
     assert results["train_sentences_per_second"] > 0 and results["best_step"] == 3
+    assert results["config"]["length_chunks"] == "auto" and results["length_chunks"] == 1  # auto under bf16
     assert "Not evaluated" in (tmp_path / "run" / "README.md").read_text()
     assert (tmp_path / "run" / "modules.json").is_file()
 

@@ -52,7 +52,7 @@ def test_two_processes_with_mini_batches_match_one_process_on_the_whole_batch(tm
     )
     assert report["world"] == 2
     checks = {**report["sentence_transformers"], **report["trainer_step"]}
-    assert set(checks) == {"1_columns", "2_columns", "weince", "infonce"}
+    assert set(checks) == {"1_columns", "2_columns", "weince", "infonce", "weince_triplets", "infonce_triplets"}
     for name, numbers in checks.items():
         assert numbers["loss"] == pytest.approx(numbers["single_process_loss"], rel=1e-5, abs=1e-6), name
         assert numbers["num_grads"] > 10 and numbers["max_grad"] > 0, name

@@ -71,8 +71,13 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     assert not (run_dir / "results.json").exists()
 
     # 4. resume in this process until the end: same steps, same data, same dropout masks, same model
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())  # the run keeps only its newest checkpoints
     resumed = train(load_config(TrainConfig, run_dir / "training_config.yaml"), resume=True)
     assert resumed["resumed_from_step"] == target
+    # the wall time and its parts carry the earlier sessions (up to the checkpoint resumed from)
+    assert resumed["wall_time_seconds"] > saved["wall_seconds"] > 0
+    assert resumed["setup_seconds"] > saved["time_parts"]["setup"] > 0
+    assert resumed["evaluation_seconds"] > saved["time_parts"]["evaluation"] >= 0  # STS-B dev at steps 10, 20
     assert resumed["total_steps"] == reference["total_steps"] == STEPS
     losses = [entry["loss"] for entry in resumed["history"]]
     assert len(losses) == STEPS

@@ -91,6 +91,10 @@ def test_resume_at_an_epoch_boundary_reproduces_the_uninterrupted_run(tmp_path):
     assert first["step"] == 2
     second = train(tiny(tmp_path / "split", **common), resume=True)
     assert second["step"] == 4 and [r["step"] for r in second["history"]] == [3, 4]
+    # the whole call's wall time, the earlier session's included, holds its parts
+    parts = ("setup_seconds", "train_seconds", "checkpoint_seconds")
+    assert all(second[key] > 0 for key in parts) and sum(second[key] for key in parts) <= second["wall_time_seconds"]
+    assert second["wall_time_seconds"] > first["wall_time_seconds"] and second["setup_seconds"] > first["setup_seconds"]
     assert [r["loss"] for r in second["history"]] == pytest.approx([r["loss"] for r in straight["history"][2:]])
     resumed_weights = _weights(load_pretrained(second["checkpoint"])[0])
     straight_weights = _weights(load_pretrained(straight["checkpoint"])[0])

@@ -8,11 +8,13 @@ one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. T
 second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
 evaluation are excluded.
 
-Each round measures five configurations:
+Each round measures six configurations:
 
 - ``st fp32`` / ``st bf16``: sentence-transformers' trainer, fp32 (its default) and ``bf16=True``;
 - ``ours fp32 padded``: our trainer in fp32 with ``length_chunks=1`` (one forward padded to the longest);
-- ``ours fp32`` / ``ours bf16``: our trainer with its default ``length_chunks``, ``--mixed-precision no`` / ``bf16``.
+- ``ours fp32`` / ``ours bf16``: our trainer with its default ``length_chunks`` (``auto``: 4 in fp32, 1 under
+  bf16), ``--mixed-precision no`` / ``bf16``;
+- ``ours bf16 chunked``: under bf16 with fp32's number of chunks (what ``auto`` decided against).
 
 and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
 (fp32 and bf16), the gain of length-sorted chunks alone (fp32) and of bf16 alone, and out of the box against
@@ -158,9 +160,9 @@ def main() -> None:
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
     )
     from simcse_weince.precision import resolve_mixed_precision
-    from simcse_weince.text.config import TrainConfig
+    from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 
-    chunks = TrainConfig.length_chunks  # the trainer's default
+    chunks = TrainConfig.length_chunks  # the trainer's default ("auto": by precision)
     auto = resolve_mixed_precision("auto", "cpu")
     runs = {
         "st fp32": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=False),
@@ -168,6 +170,10 @@ def main() -> None:
         "ours fp32 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "no", 1),
         "ours fp32": lambda: run_ours(args.model, sentences_file, args, workdir, "no", chunks),
         "ours bf16": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", chunks),
+        # what auto chose against under bf16: the fp32 number of chunks
+        "ours bf16 chunked": lambda: run_ours(
+            args.model, sentences_file, args, workdir, "bf16", resolve_length_chunks("auto", "no")
+        ),
     }
     if args.bf16 == "never" or (args.bf16 == "native" and auto != "bf16"):
         # emulated bf16 (no AVX512-BF16 / AMX) runs many times slower than fp32: nobody would train that way
@@ -192,9 +198,21 @@ def main() -> None:
     # out of the box: our default (--mixed-precision auto, default length_chunks) vs sentence-transformers' (fp32)
     ours_default = "ours bf16" if auto == "bf16" else "ours fp32"
     comparisons = [
-        ("ours / sentence-transformers, both fp32", "ours fp32", "st fp32", 1.3),
+        ("ours / sentence-transformers, both fp32", "ours fp32", "st fp32", 1.5),
         ("ours / sentence-transformers, both bf16", "ours bf16", "st bf16", 1.3),
-        (f"length-sorted chunks alone (fp32, {chunks} chunks vs 1)", "ours fp32", "ours fp32 padded", None),
+        (
+            f"length-sorted chunks alone (fp32, {resolve_length_chunks(chunks, 'no')} chunks vs 1)",
+            "ours fp32",
+            "ours fp32 padded",
+            None,
+        ),
+        (
+            f"under bf16, {resolve_length_chunks(chunks, 'bf16')} chunk(s) (auto) vs "
+            f"{resolve_length_chunks('auto', 'no')} (fp32's)",
+            "ours bf16",
+            "ours bf16 chunked",
+            None,
+        ),
         ("bf16 alone (ours, bf16 vs fp32)", "ours bf16", "ours fp32", None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
     ]

@@ -16,6 +16,7 @@ from simcse_weince.paths import hub_is_offline
 from simcse_weince.provenance import versions
 from simcse_weince.text.config import TrainConfig
 from simcse_weince.training.loop import TrainingRun
+from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince_config import WeinceConfig
 
@@ -98,16 +99,20 @@ class TrainingRows:
     skipped: int  # empty lines skipped
 
 
-def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict) -> dict:
+def export_results(
+    run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict, length_chunks: int
+) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
     model card (main process; the others return ``{}``).
 
     The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
     disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
-    ``run.last_checkpoint`` (the last step's weights, saved before the export) to resume from."""
+    ``run.last_checkpoint`` (the last step's weights, saved before the export) to resume from.
+
+    ``run.timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card
+    and ``results.json`` are written (their own few milliseconds are the only part of the run it leaves out)."""
     from simcse_weince.training.runs import reporting_write_failures
 
-    wall_seconds = run.wall_seconds()  # up to the export
     config, accelerator, state, last_checkpoint = run.config, run.accelerator, run.state, run.last_checkpoint
     if not accelerator.is_main_process:
         return {}
@@ -119,13 +124,14 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
     staging = output_dir / EXPORT_STAGING
     kept = f"the last step's weights are in {last_checkpoint}: " if last_checkpoint is not None else ""
     after = f"the partial export is removed; {kept}free space, then run the same command with --resume to export"
-    with reporting_write_failures(output_dir, staging, after):
+    with run.timer.part("export"), reporting_write_failures(output_dir, staging, after):
         shutil.rmtree(staging, ignore_errors=True)
         model.save_sentence_transformer(staging)
         _move_into(staging, output_dir)
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
-        results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
+        with run.timer.part("final_evaluation"):
+            results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
     accum, train_seconds, total_steps = config.gradient_accumulation_steps, state["train_seconds"], run.total_steps
     columns, num_rows = data.columns, data.num_rows
     results.update(
@@ -145,8 +151,9 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
             "mixed_precision": run.mixed_precision,  # the precision used (config.mixed_precision may say auto)
-            "wall_time_seconds": wall_seconds,
-            "train_time_seconds": train_seconds,
+            "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
+            **run.timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
+            "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
             "lambda_stats": summarize_lambda(state["history"]),
             "config": applied_config,
@@ -244,7 +251,7 @@ def format_summary(results: dict, output_dir: Path) -> str:
     if results.get("sts_table"):
         lines.append(results["sts_table"])
     lines.append(
-        f"wall time {results['wall_time_seconds']:.0f} s, training {results['train_sentences_per_second']:.1f} "
+        f"wall time {format_time_parts(results)}; training {results['train_sentences_per_second']:.1f} "
         f"sentences/s; model, results.json and README.md in {output_dir}"
     )
     return "\n".join(lines)

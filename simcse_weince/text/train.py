@@ -1,10 +1,13 @@
-"""Unsupervised SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: the training loop, top to bottom.
+"""SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: :func:`train`, and what its steps do.
 
-Every sentence is encoded twice in one forward pass over the doubled batch; the two dropout masks make the
-positive pair, the other sentences of the (global) batch are the negatives (WEINCE's ``simcse`` geometry,
-:class:`~simcse_weince.training.objective.ContrastiveObjective`). STS-B dev is scored every ``eval_steps`` and
-the best step is exported as a SentenceTransformer. Run folder, checkpoints, resume, logging and Ctrl-C come
-from :mod:`simcse_weince.training`, shared with the vision trainer.
+Unsupervised (one sentence a line): every sentence is encoded twice in one forward pass over the doubled batch;
+the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
+``simcse`` geometry, :class:`~simcse_weince.training.objective.ContrastiveObjective`). Supervised (pairs or
+triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
+the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
+scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. The loop itself (run folder,
+checkpoints, resume, logging, Ctrl-C, timings) is :func:`simcse_weince.training.loop.run_training`, shared with
+the vision trainer; :class:`TextTask` is what this trainer gives it.
 
 Example::
 
@@ -28,7 +31,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.paths import resolve_data_dir
-from simcse_weince.text.config import TrainConfig
+from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
 from simcse_weince.text.results import (
     DevSelection,
@@ -81,6 +84,7 @@ class TextTask:
 
     def check(self, run: TrainingRun) -> None:
         self.not_applied = not_applied_settings(self.config, run.tensorboard_dropped)
+        self.length_chunks = resolve_length_chunks(self.config.length_chunks, run.mixed_precision)  # auto: by precision
 
     def build(self, run: TrainingRun):
         config, accelerator = self.config, run.accelerator
@@ -128,7 +132,8 @@ class TextTask:
         best_dir = run.output_dir / CHECKPOINTS / "best"
         self.dev = DevSelection(run.accelerator, self.unwrapped, self.config, self.data_dir, run.state, best_dir)
         if self.config.eval_before_training and run.start_step == 0:
-            run.state["base_stsb_dev_spearman"] = self.dev.score()
+            with run.timer.part("evaluation"):
+                run.state["base_stsb_dev_spearman"] = self.dev.score()
             logger.info("STS-B dev Spearman before training: %s", _fmt(run.state["base_stsb_dev_spearman"]))
 
     def describe(self, run: TrainingRun) -> str:
@@ -136,7 +141,7 @@ class TextTask:
         return (
             f"training {config.model} with {config.loss} on {len(self.tokenized):,} {_describe_rows(self.columns)} "
             f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
-            f"{config.gradient_accumulation_steps}"
+            f"{config.gradient_accumulation_steps}, {self.length_chunks} length chunk(s)"
             + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
         )
 
@@ -147,7 +152,7 @@ class TextTask:
             batch = {name: value.to(accelerator.device) for name, value in next(batches).items()}
             with accelerator.accumulate(model):
                 loss, logs = forward_backward(
-                    model, batch, self.objective, accelerator, config.mini_batch_size, config.length_chunks,
+                    model, batch, self.objective, accelerator, config.mini_batch_size, self.length_chunks,
                     num_columns=len(self.columns),
                 )  # fmt: skip
                 if accelerator.sync_gradients and config.max_grad_norm:
@@ -164,7 +169,7 @@ class TextTask:
 
     def export(self, run: TrainingRun) -> dict:
         data = TrainingRows(self.train_file, self.columns, len(self.tokenized), self.skipped)
-        return export_results(run, self.unwrapped, self.dev, data, self.not_applied)
+        return export_results(run, self.unwrapped, self.dev, data, self.not_applied, self.length_chunks)
 
 
 def encode_columns(model, batch: dict, num_columns: int = 1, length_chunks: int = 1) -> tuple:

@@ -24,6 +24,7 @@ from typing import Protocol
 from simcse_weince.precision import precision_label
 from simcse_weince.training.accelerator import make_accelerator
 from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
+from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
     InterruptFlag,
     check_finite,
@@ -64,17 +65,12 @@ class TrainingRun:
     mixed_precision: str  # the precision used (``config.mixed_precision`` may say auto)
     output_dir: Path
     tensorboard_dropped: str | None  # why TensorBoard logging was dropped, or None
-    wall_start: float
+    timer: RunTimer  # the whole run's wall time and its parts (set-up, training, evaluation, checkpoints, ...)
     state: dict = field(default_factory=dict)  # the trainer state (checkpointed)
     total_steps: int = 0
     start_step: int = 0  # the step this call started (resumed) from
     history: list = field(default_factory=list)  # the entries of the steps trained by this call
-    previous_wall: float = 0.0  # wall time of the earlier calls of a resumed run
     last_checkpoint: Path | None = None
-
-    def wall_seconds(self) -> float:
-        """Wall time of the whole run, across resumes."""
-        return self.previous_wall + time.perf_counter() - self.wall_start
 
 
 class TrainingTask(Protocol):
@@ -100,7 +96,7 @@ class TrainingTask(Protocol):
         """The data of the remaining steps (``run.start_step`` is set)."""
 
     def before_training(self, run: TrainingRun) -> None:
-        """After the trackers start, before the first step (text: the base model's dev score)."""
+        """After the set-up, before the first step (text: the base model's dev score, timed as evaluation)."""
 
     def describe(self, run: TrainingRun) -> str:
         """What is trained, for the log line that starts the loop (which adds processes, device, precision)."""
@@ -112,7 +108,8 @@ class TrainingTask(Protocol):
         """Evaluate the current weights (every ``eval_steps`` and at the last step)."""
 
     def export(self, run: TrainingRun) -> dict:
-        """Write the run's result (``run.last_checkpoint`` holds the last step); returns what ``train()`` does."""
+        """Write the run's result (``run.last_checkpoint`` holds the last step; ``run.timer`` times its parts and
+        reports the whole run); returns what ``train()`` does."""
 
 
 def run_training(config, task: TrainingTask, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
@@ -121,7 +118,7 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
     from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
-    wall_start = time.perf_counter()
+    timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
     config.validate()
     output_dir = Path(config.output_dir).expanduser()
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
@@ -129,7 +126,7 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         cpu=config.cpu, mixed_precision=config.mixed_precision, log_with=log_with, project_dir=output_dir,
         **task.accelerator_options(),
     )  # fmt: skip
-    run = TrainingRun(config, accelerator, mixed_precision, output_dir, tensorboard_dropped, wall_start)
+    run = TrainingRun(config, accelerator, mixed_precision, output_dir, tensorboard_dropped, timer)
     task.check(run)
     folder = RunFolder(output_dir, resume, overwrite, accelerator)
     with folder.restore_on_failure():
@@ -141,11 +138,13 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         if folder.checkpoint is not None:
             state = load_checkpoint(accelerator, folder.checkpoint)
             logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
+            timer.restore(state)
         folder.claim(config)
-        run.state, run.start_step, run.previous_wall = state, state["step"], state["wall_seconds"]
+        run.state, run.start_step = state, state["step"]
         start_step, total_steps = run.start_step, run.total_steps
         loader = task.loader(run)
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), options.project)
+        timer.add("setup", timer.since_start())
         task.before_training(run)
 
         # --- the loop -------------------------------------------------------------------------------------------
@@ -162,8 +161,9 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         session_seconds, checkpoint, saved_step = 0.0, folder.checkpoint, start_step
 
         def save(limit: int) -> Path:
-            state["wall_seconds"] = run.wall_seconds()
-            return folder.save_checkpoint(state, limit)
+            timer.save_into(state)
+            with timer.part("checkpoint"):
+                return folder.save_checkpoint(state, limit)
 
         with InterruptFlag() as interrupt:
             for step in range(start_step + 1, total_steps + 1):  # step = optimizer updates done after this one
@@ -185,7 +185,8 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
                 if log_now:
                     accelerator.log({k: v for k, v in entry.items() if k not in ("step", *options.unlogged)}, step=step)
                 if options.eval_steps and (step % options.eval_steps == 0 or step == total_steps):
-                    task.evaluate(step, progress.write)
+                    with timer.part("evaluation"):
+                        task.evaluate(step, progress.write)
 
                 stop = stop_requested(accelerator, interrupt)
                 # the last step is saved below, once the loop is done

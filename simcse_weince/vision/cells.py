@@ -4,6 +4,7 @@ frozen-feature evaluation of its last checkpoint (kNN, linear probe)."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from simcse_weince.compare.cells import CellState, Task, check_cell, write_results
@@ -46,12 +47,16 @@ def run_vision_cell(config, state: CellState | None = None) -> dict:
         logger.info("%s was interrupted; resuming it", folder)
     run = train(config, resume=True if state.started else None)
     state = read_trainer_state(Path(run["checkpoint"]))
+    evaluation_start = time.perf_counter()
     evaluation = evaluate_checkpoint(run["checkpoint"], ks=VISION_KNN_KS)
+    evaluation_seconds = time.perf_counter() - evaluation_start
     results = {
         "config": config.to_dict(),
         "step": state["step"],
         "train_time_seconds": state["train_seconds"],
-        "wall_time_seconds": state["wall_seconds"],  # training only, as in a text run's results.json
+        # the whole cell, as in a text run's results.json: pretraining (set-up, steps, checkpoints) + evaluation
+        "wall_time_seconds": run["wall_time_seconds"] + evaluation_seconds,
+        "final_evaluation_seconds": evaluation_seconds,
         "history": state["history"],
         "evaluation": evaluation,
         "versions": versions(),  # the training code's commit too: a re-summary reads it, never rewrites it

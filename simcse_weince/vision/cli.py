@@ -85,10 +85,11 @@ def run_train(args) -> int:
     if args.print_config:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
+    from simcse_weince.training.timing import format_time_parts
     from simcse_weince.vision.train import train
 
     result = train(config, resume=args.resume, overwrite=args.overwrite)
-    print(f"trained {result['step']} steps; checkpoint: {result['checkpoint']}")
+    print(f"trained {result['step']} steps, wall time {format_time_parts(result)}; checkpoint: {result['checkpoint']}")
     return 0
 
 

@@ -33,7 +33,9 @@ __all__ = ["VisionTrainConfig", "ContrastiveObjective", "train", "build_model", 
 
 
 def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
-    """Pretrain a SimCLR model; returns ``{"output_dir", "checkpoint", "step", "history"}``.
+    """Pretrain a SimCLR model; returns ``{"output_dir", "checkpoint", "step", "history"}`` and the times:
+    ``wall_time_seconds`` (the whole call, set-up to the last checkpoint written, plus earlier sessions of a
+    resumed run), ``setup_seconds``, ``train_seconds``, ``checkpoint_seconds`` (:mod:`simcse_weince.training.timing`).
 
     ``resume``: True / ``"latest"`` (the newest intact checkpoint in ``output_dir``) or a checkpoint folder. Model,
     optimizer, RNG and extra-term states are restored and training continues at the saved step, with the batches
@@ -145,9 +147,11 @@ class VisionTask:
         pass  # linear / kNN evaluation of the frozen features is its own command (vision eval)
 
     def export(self, run: TrainingRun) -> dict:
+        # the vision trainer evaluates and exports nothing (`vision eval` does)
+        times = run.timer.report(run.state["train_seconds"], parts=("setup", "train", "checkpoint"))
         return {
             "output_dir": str(run.output_dir), "checkpoint": str(run.last_checkpoint), "step": run.state["step"],
-            "history": run.history,
+            "history": run.history, **times,
         }  # fmt: skip
 
 
