@@ -169,7 +169,7 @@ def _flags(model, train_file, steps=8, save=3):
 
 
 def test_a_triplet_run_resumes_exactly_after_a_kill_and_its_folder_reproduces_its_score(
-    tiny_model, sick, tmp_path, data_dir
+    tiny_model, sick, tmp_path, data_dir, one_thread
 ):
     from sentence_transformers import SentenceTransformer
 
@@ -177,7 +177,9 @@ def test_a_triplet_run_resumes_exactly_after_a_kill_and_its_folder_reproduces_it
 
     flags = _flags(tiny_model, sick["triplets"])
     run_dir = tmp_path / "killed"
-    process = subprocess.Popen(cli_command("train", *flags, "--output-dir", str(run_dir)), env=subprocess_env(),
+    # one intra-op thread here and in the killed process: float sums then run in the same order in both
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(cli_command("train", *flags, "--output-dir", str(run_dir)), env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     checkpoint = run_dir / "checkpoints" / "step-0000003"
     wait_for(lambda: (checkpoint / "trainer_state.json").is_file(), process, what="the checkpoint of step 3")
