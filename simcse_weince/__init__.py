@@ -6,7 +6,7 @@ sentence-transformers. See the README for the trainer, evaluators, diagnostics a
 
 from __future__ import annotations
 
-import importlib
+from simcse_weince._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -29,13 +29,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"simcse_weince.{_EXPORTS[name]}"), name)
-        globals()[name] = value  # not the submodule of the same name that the import bound (see text/__init__.py)
-        return value
-    raise AttributeError(f"module 'simcse_weince' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -17,7 +17,7 @@ SUBCOMMANDS = {
     "evaluate": "simcse_weince.evaluation.cli",
     "diagnose": "simcse_weince.diagnostics.cli",
     "vision": "simcse_weince.vision.cli",
-    "compare": "simcse_weince.compare_cli",
+    "compare": "simcse_weince.compare.cli",  # also ``vision compare``: registered after vision
 }
 
 

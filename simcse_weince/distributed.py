@@ -10,24 +10,10 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-class _GatherWithGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor):
-        ctx.rank, ctx.rows = dist.get_rank(), tensor.shape[0]
-        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, tensor.contiguous())
-        return torch.cat(parts)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # Every process's loss depends on every gathered row: sum their gradients, keep this process's rows.
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad)
-        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
-
-
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """Concatenate ``tensor`` from every process along dim 0, keeping the gradient path.
+    """Concatenate ``tensor`` from every process along dim 0, keeping the gradient path (sentence-transformers'
+    ``all_gather_with_grad``: torch's differentiable ``all_gather``, whose backward sums the gradients of every
+    process and keeps this process's rows).
 
     Without a process group (or with one process) the tensor is returned as is. Every process must pass the
     same shape (drop the last incomplete batch).
@@ -39,4 +25,6 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
     """
     if world_size() == 1:
         return tensor
-    return _GatherWithGrad.apply(tensor)
+    from sentence_transformers.util import all_gather_with_grad
+
+    return all_gather_with_grad(tensor.contiguous())

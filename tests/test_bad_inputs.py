@@ -672,7 +672,8 @@ def test_compare_api_checks_every_seed_before_the_first_cell_trains(world, tmp_p
 
 
 def test_a_cell_refuses_to_train_when_the_training_file_changed_since_the_comparison_started(world, tmp_path):
-    from simcse_weince.compare import CellState, file_fingerprint, run_cell
+    from simcse_weince.compare import CellState, file_fingerprint
+    from simcse_weince.text.cells import run_cell
 
     config = preset(
         "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2,

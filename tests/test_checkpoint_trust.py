@@ -120,7 +120,7 @@ def test_a_run_whose_every_checkpoint_is_crafted_stops_in_one_line(finished, tmp
 
 def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_path):
     """compare resumes a cell without results.json: the same refusal."""
-    from simcse_weince.compare import run_cell
+    from simcse_weince.text.cells import run_cell
 
     run = copy_run(finished["run"], tmp_path)
     (run / "results.json").unlink()

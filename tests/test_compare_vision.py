@@ -100,8 +100,8 @@ def test_vision_compare_cli_runs_pairs_and_rereads(tmp_path):
 
     archive, restored = tmp_path / "archive", tmp_path / "restored"
     for source, destination in ((sweep, archive), (archive, restored)):
-        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "archive_study.py"), str(source), str(destination)],
-                       check=True, capture_output=True)  # fmt: skip
+        script = REPO_ROOT / "scripts" / "study" / "archive_study.py"
+        subprocess.run([sys.executable, str(script), str(source), str(destination)], check=True, capture_output=True)
     assert not list(archive.rglob("*.safetensors")) and not list(archive.rglob("checkpoints"))
     assert main([*args[:-1], str(restored)]) == 0
     assert not list(restored.rglob("checkpoints"))  # nothing trained

@@ -230,34 +230,23 @@ def test_diagnose_minilm_on_real_sentences_and_sts_pairs(minilm_path, wiki_sente
 
 
 def test_diagnose_without_pairs_uses_dropout_views(tiny_encoder_dir, wiki_sentences, tmp_path):
+    """The Python entry point (the CLI only parses into it): diagnose() returns what report.json holds."""
+    from simcse_weince.diagnostics import diagnose
+
     data = tmp_path / "sentences.txt"
     data.write_text("\n".join(wiki_sentences[:200]) + "\n", encoding="utf-8")
     output = tmp_path / "out"
     log = tmp_path / "metrics.csv"
     log.write_text("step,name,value\n1,lambda_mean,0.3\n1,loss,2.0\n2,lambda_mean,0.35\n", encoding="utf-8")
-    status = cli.main(
-        [
-            "diagnose",
-            str(tiny_encoder_dir),
-            "--data",
-            str(data),
-            "--k-sweep",
-            "--link",
-            "--output-dir",
-            str(output),
-            "--max-pairs",
-            "60",
-            "--batch-size",
-            "32",
-            "--temperature",
-            "0.5",
-            "--training-log",
-            str(log),
-            "--no-progress",
-        ]
-    )
-    assert status == 0
+    with pytest.raises(ValueError, match="--temperature must be > 0"):
+        diagnose(str(tiny_encoder_dir), data, temperature=0.0, output_dir=str(output))
+    returned = diagnose(
+        str(tiny_encoder_dir), data, k_sweep=True, link=True, output_dir=str(output), max_pairs=60, batch_size=32,
+        temperature=0.5, training_log=str(log), no_progress=True,
+    )  # fmt: skip
     report = json.loads((output / "report.json").read_text())
+    assert returned["figures"] == report["figures"] and returned["positives"] == report["positives"]
+    assert report["settings"]["temperature"] == 0.5 and report["settings"]["link"] is True
     assert "pot" not in report and "dropout" in report["positives"]["source"]
     assert report["positives"]["anchors"] == 60 and report["positives"]["pool"] == 140
     assert "k_sweep" in report and "link" in report

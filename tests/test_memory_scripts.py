@@ -13,7 +13,8 @@ def test_bench_memory_measures_cached_and_uncached_in_fresh_processes(tmp_path, 
     model = make_tiny_model(tmp_path / "tiny")
     output = tmp_path / "rows.json"
     command = [
-        sys.executable, str(REPO_ROOT / "scripts" / "bench_memory.py"), "--model", str(model), "--batch-sizes", "8",
+        sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_memory.py"), "--model", str(model),
+        "--batch-sizes", "8",
         "--mini-batch-size", "3", "--max-uncached-batch", "8", "--threads", "1", "--steps", "1", "--warmup", "0",
         "--data", str(data_dir / "wiki1m_head.txt"), "--output", str(output),
     ]  # fmt: skip
@@ -32,7 +33,7 @@ def test_device_check_cpu_dry_run_writes_one_passing_json(tmp_path):
     env = subprocess_env()
     env["OUT"] = str(tmp_path)
     result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh"), "--cpu-dry-run", "--repeats", "2"],
+        ["bash", str(REPO_ROOT / "scripts" / "device" / "device_check.sh"), "--cpu-dry-run", "--repeats", "2"],
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     report = json.loads((tmp_path / "device_check.json").read_text())
@@ -62,8 +63,7 @@ def test_device_check_refuses_to_run_without_a_gpu_unless_dry(tmp_path):
         return
     env = subprocess_env()
     env["OUT"] = str(tmp_path)
-    result = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "device_check.sh")], env=env, capture_output=True, text=True, timeout=120
-    )
+    script = REPO_ROOT / "scripts" / "device" / "device_check.sh"
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--cpu-dry-run" in result.stderr
     assert not (tmp_path / "device_check.json").exists()

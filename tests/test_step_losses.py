@@ -1,6 +1,6 @@
 """Moving the trainers onto the shared training core changed no computation: 5 steps of ``cpu-demo`` and 5 steps of
 ``vision --dataset digits`` give the per-step losses recorded before the move (``tests/data/step_losses.json``,
-written by ``scripts/record_step_losses.py`` at the commit it names), with the same flags as that script."""
+written by ``scripts/tools/record_step_losses.py`` at the commit it names), with the same flags as that script."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((REPO / "tests" / "data" / "step_losses.json").read_text())
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "tools"))
 import record_step_losses  # noqa: E402 - the script that recorded them: the same flags
 
 

@@ -9,8 +9,9 @@ import sys
 import pytest
 from train_helpers import REPO_ROOT
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-import study_report  # noqa: E402
+from simcse_weince.compare import report as study_report
+
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # negatives_study
 
 
 def test_decision_rule_is_the_protocols():
@@ -32,19 +33,19 @@ def test_report_reads_a_comparison(tmp_path):
                "cell_wall_time_seconds": 7200.0, **summarize(runs, "infonce")}  # fmt: skip
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     (tmp_path / "comparison.md").write_text(format_markdown(summary))
-    text = study_report.report(tmp_path)
+    text = study_report.study_report(tmp_path)
     assert "| weince | 3 |" in text
     assert "`weince` − `infonce`, STS-B test: +0.50 [+0.50, +0.50]; beats the baseline." in text
     assert "| `weince` | 0.300 |" in text  # mean λ over the steps
     assert "6 runs at commit `abcdef0`; their training wall times add up to 2.00 h." in text
-    against = study_report.report(tmp_path, ("weince",))  # the second baseline: the same pairs, the other sign
+    against = study_report.study_report(tmp_path, ("weince",))  # the second baseline: the same pairs, the other sign
     assert "`infonce` − `weince`, STS-B test: -0.50 [-0.50, -0.50] (0/0/3); worse than the baseline." in against
 
 
 def test_aic_gate_simulation_shows_the_gate_open_whatever_the_domain():
     # the README's explanation of the study rests on this: the spec's per-anchor AIC gate opens for nearly every
     # anchor of Gumbel- and Weibull-domain rows alike, while the Weibull slope recovers a true Weibull tail's index
-    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "aic_gate_null.py"), "--rows", "400"],
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "study" / "aic_gate_null.py"), "--rows", "400"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     table = [line for line in out.splitlines() if line.startswith("| ") and "negatives drawn" not in line]
     rows = [line.split("|")[1:-1] for line in table]
@@ -68,7 +69,7 @@ def test_report_skips_a_variant_without_pairs_against_either_baseline(tmp_path):
                **summarize(runs, "infonce")}  # fmt: skip
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     (tmp_path / "comparison.md").write_text(format_markdown(summary))
-    text = study_report.report(tmp_path, ("weince",))
+    text = study_report.study_report(tmp_path, ("weince",))
     assert "`weince` − `infonce`, STS-B test: +0.00 [+0.00, +0.00]; no difference at this size." in text
     assert "`infonce` − `weince`, STS-B test: +0.00 [+0.00, +0.00] (0/2/0); no difference at this size." in text
     assert "other-seeds` −" not in text

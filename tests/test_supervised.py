@@ -40,7 +40,7 @@ from simcse_weince.text.train import forward_backward, train
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince import WeinceConfig
 
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))
 from sick_supervised_demo import build_sick_files  # noqa: E402
 
 ROWS = 12

@@ -10,10 +10,11 @@
 * :mod:`~simcse_weince.diagnostics.plots` — the figures (matplotlib), including the trainer's per-step lambda
   statistics over training.
 
-The command ``simcse-weince diagnose MODEL --data FILE`` runs all of it and writes ``report.json`` and PNGs.
+:func:`diagnose` (:mod:`~simcse_weince.diagnostics.pipeline`) runs all of it and writes ``report.json`` and PNGs;
+so does the command ``simcse-weince diagnose MODEL --data FILE``.
 """
 
-from importlib import import_module
+from simcse_weince._lazy import lazy_exports
 
 # Names -> submodule. Imported lazily so that `simcse-weince --help` (which imports diagnostics.cli) stays fast.
 _EXPORTS = {
@@ -31,22 +32,22 @@ _EXPORTS = {
     "ksweep": ("KSweepResult", "k_sweep", "proposition1_bounds"),
     "link": ("LinkFit", "fit_link", "shortfall_transform"),
     "pot": ("GPDFit", "exceedances_above", "fit_gpd", "gpd_loglik", "threshold_stability"),
+    "pipeline": ("DiagnoseSettings", "diagnose"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 
-def __getattr__(name):
-    if name in _MODULE_OF:
-        return getattr(import_module(f"simcse_weince.diagnostics.{_MODULE_OF[name]}"), name)
-    raise AttributeError(f"module 'simcse_weince.diagnostics' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _MODULE_OF)
 
 
 __all__ = [
+    "DiagnoseSettings",
     "GPDFit",
     "KSweepResult",
     "LinkFit",
     "candidate_sets",
     "cosine_matrix",
+    "diagnose",
     "distinct_rows",
     "encode_images",
     "encode_sentences",

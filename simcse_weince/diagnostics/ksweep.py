@@ -140,6 +140,26 @@ def _validated(positive_scores, negative_scores, temperature):
     return positives, negatives, float(temperature)
 
 
+def _sampled_losses(positives, negatives, temperature, ks, n_draws: int, seed: int, chunk_size: int):
+    """Per anchor and k: InfoNCE's R_k and the decoupled (DCL) loss, each averaged over ``n_draws`` draws of k
+    pool negatives (with replacement)."""
+    num_anchors, pool_size = negatives.shape
+    rng = np.random.default_rng(seed)
+    infonce = np.empty((num_anchors, ks.size))  # per-anchor R_k, averaged over draws
+    decoupled = np.empty((num_anchors, ks.size))
+    for start in range(0, num_anchors, chunk_size):
+        block = slice(start, start + chunk_size)
+        # logits of each negative relative to the positive: (s_n - s_p) / tau
+        relative = (negatives[block] - positives[block, None]) / temperature
+        rows = np.arange(relative.shape[0])[:, None, None]
+        for column, k in enumerate(ks):
+            picks = rng.integers(0, pool_size, size=(relative.shape[0], n_draws, int(k)))
+            log_sum = logsumexp(relative[rows, picks], axis=2)  # anchors x draws
+            infonce[block, column] = np.logaddexp(0.0, log_sum).mean(axis=1) - math.log(k)
+            decoupled[block, column] = log_sum.mean(axis=1) - math.log(k)
+    return infonce, decoupled
+
+
 def k_sweep(
     positive_scores,
     negative_scores,
@@ -183,20 +203,7 @@ def k_sweep(
     if n_draws < 1:
         raise ValueError(f"n_draws must be >= 1, got {n_draws}")
 
-    rng = np.random.default_rng(seed)
-    infonce = np.empty((num_anchors, ks.size))  # per-anchor R_k, averaged over draws
-    decoupled = np.empty((num_anchors, ks.size))
-    for start in range(0, num_anchors, chunk_size):
-        block = slice(start, start + chunk_size)
-        # logits of each negative relative to the positive: (s_n - s_p) / tau
-        relative = (negatives[block] - positives[block, None]) / temperature
-        rows = np.arange(relative.shape[0])[:, None, None]
-        for column, k in enumerate(ks):
-            picks = rng.integers(0, pool_size, size=(relative.shape[0], n_draws, int(k)))
-            log_sum = logsumexp(relative[rows, picks], axis=2)  # anchors x draws
-            infonce[block, column] = np.logaddexp(0.0, log_sum).mean(axis=1) - math.log(k)
-            decoupled[block, column] = log_sum.mean(axis=1) - math.log(k)
-
+    infonce, decoupled = _sampled_losses(positives, negatives, temperature, ks, n_draws, seed, chunk_size)
     (ce_fit, slope), (ce_fit_se, slope_se) = _per_anchor_fit(infonce[:, fit_mask], ks[fit_mask])
     (dcl_ce, dcl_slope), (dcl_ce_se, dcl_slope_se) = _per_anchor_fit(decoupled[:, fit_mask], ks[fit_mask])
 

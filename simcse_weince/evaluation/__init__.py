@@ -13,7 +13,7 @@ Names are imported lazily so that ``import simcse_weince.evaluation`` (and the C
 
 from __future__ import annotations
 
-import importlib
+from simcse_weince._lazy import lazy_exports
 
 _EXPORTS = {
     "STSData": "data",
@@ -39,12 +39,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"simcse_weince.evaluation.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module 'simcse_weince.evaluation' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,10 @@
-"""What :class:`~simcse_weince.WeinceLoss` and :class:`~simcse_weince.InfoNCELoss` share: text columns ->
-embeddings -> anchors and candidates, the temperature check, and the lazy finiteness check of a loss."""
+"""What :class:`~simcse_weince.WeinceLoss` and :class:`~simcse_weince.InfoNCELoss` share: their state and
+``forward`` (:class:`ColumnsLoss`: text columns -> embeddings -> anchors and candidates -> the loss), the
+temperature check, and the lazy finiteness check of a loss."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 from sentence_transformers.base.losses.merged_forward import embed_columns as _embed_columns
@@ -64,3 +67,44 @@ def read_diagnostics(
     if last_summary is None:
         return {}
     return {key: float(last_summary[key]) for key in DIAGNOSTIC_KEYS}
+
+
+class ColumnsLoss(nn.Module):
+    """A contrastive loss over text columns (column 0 anchors, column 1 positives, further columns hard negatives;
+    one column: unsupervised SimCSE). A subclass computes the loss from the anchors and the stacked candidates
+    (:meth:`loss_from_candidates`) and may keep WEINCE's statistics of the batch in ``_last_summary``."""
+
+    def __init__(
+        self, model: nn.Module, temperature: float, *, config: WeinceConfig | None, gather_across_devices: bool
+    ) -> None:
+        super().__init__()
+        self.temperature = check_temperature(temperature)
+        self.model = model
+        self.config = check_config(config)
+        self.gather_across_devices = gather_across_devices
+        self._last_summary: dict[str, Tensor] | None = None
+        self._last_check: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        sentence_features = list(sentence_features)
+        if not sentence_features:
+            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
+        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
+        """Loss from per-column embeddings: column 0 are anchors, column 1 positives, further columns negatives."""
+        anchors, candidates = anchors_and_candidates(embeddings, self.gather_across_devices)
+        loss = self.loss_from_candidates(anchors, candidates)
+        # Kept for a lazy finiteness check when the diagnostics are read (no per-step device synchronisation).
+        self._last_check = (loss.detach(), anchors.detach(), candidates.detach())
+        return loss
+
+    def loss_from_candidates(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def last_diagnostics(self) -> dict[str, float]:
+        """The last batch's mean λ, share λ > 0.5, ρ_0, mean ΔAIC and mean β̂ (empty before the first step, and for
+        InfoNCE without ``track_statistics``). Reading them synchronises the device, once; a non-finite last loss
+        is reported here with the culprit rows."""
+        return read_diagnostics(self._last_check, self._last_summary)

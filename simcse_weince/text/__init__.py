@@ -4,8 +4,10 @@
 ``text/config.py``        :class:`TrainConfig`, the presets (``paper``, ``cpu-demo``, ``cpu-cls``)
 ``text/data.py``          the corpus, tokenised once; batches as a pure function of (seed, index)
 ``text/model.py``         :class:`SimCSEModel`: encoder + SimCSE pooler, export to a SentenceTransformer
-``text/train.py``         :func:`train`: the loop, top to bottom
+``text/columns.py``       training files of 1-3 columns (SimCSE's and sentence-transformers' names)
+``text/train.py``         :func:`train` and its task for :func:`~simcse_weince.training.loop.run_training`
 ``text/results.py``       STS-B dev selection, export, ``results.json``, the model card
+``text/cells.py``         a cell of ``simcse-weince compare``
 ``text/cli.py``           ``simcse-weince train`` and ``push``
 ========================  ============================================================================
 
@@ -18,7 +20,7 @@ Example::
 
 from __future__ import annotations
 
-import importlib
+from simcse_weince._lazy import lazy_exports
 
 # resolved on first use: the config imports without torch, the trainer does not
 _EXPORTS = {
@@ -31,11 +33,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"simcse_weince.text.{_EXPORTS[name]}"), name)
-        # importing text/train.py binds the package attribute ``train`` to that module; the function takes the
-        # name back, or ``from simcse_weince.text import train`` would hand out the module
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'simcse_weince.text' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

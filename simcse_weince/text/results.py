@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,7 +15,8 @@ import torch
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.provenance import versions
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.training.timing import RunTimer, format_time_parts
+from simcse_weince.training.loop import TrainingRun
+from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince_config import WeinceConfig
 
@@ -87,39 +89,34 @@ class DevSelection:
             load_weights(self.model.evaluation_modules(), self.best_dir)
 
 
+@dataclass(frozen=True)
+class TrainingRows:
+    """What the run was trained on, as ``results.json`` reports it."""
+
+    train_file: Path
+    columns: tuple[str, ...]  # the training file's columns, in role order
+    num_rows: int  # sentences (one column), pairs or triplets
+    skipped: int  # empty lines skipped
+
+
 def export_results(
-    accelerator,
-    model,
-    config: TrainConfig,
-    state: dict,
-    dev: DevSelection,
-    *,
-    mixed_precision: str,
-    length_chunks: int,
-    not_applied: dict,
-    total_steps: int,
-    start_step: int,
-    num_rows: int,
-    columns: tuple[str, ...] = ("text",),
-    skipped: int,
-    train_file: Path,
-    timer: RunTimer,
-    last_checkpoint: Path | None = None,
+    run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict, length_chunks: int
 ) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
     model card (main process; the others return ``{}``).
 
     The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
     disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
-    ``last_checkpoint`` (the last step's weights, saved before the export) to resume from.
+    ``run.last_checkpoint`` (the last step's weights, saved before the export) to resume from.
 
-    ``timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card and
-    ``results.json`` are written (their own few milliseconds are the only part of the run it leaves out)."""
+    ``run.timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card
+    and ``results.json`` are written (their own few milliseconds are the only part of the run it leaves out)."""
     from simcse_weince.training.runs import reporting_write_failures
 
+    config, accelerator, state, last_checkpoint = run.config, run.accelerator, run.state, run.last_checkpoint
     if not accelerator.is_main_process:
         return {}
-    output_dir = Path(config.output_dir).expanduser()
+    output_dir = run.output_dir
     applied_config = config.to_dict()
     if "report_to" in not_applied:
         applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
@@ -127,34 +124,35 @@ def export_results(
     staging = output_dir / EXPORT_STAGING
     kept = f"the last step's weights are in {last_checkpoint}: " if last_checkpoint is not None else ""
     after = f"the partial export is removed; {kept}free space, then run the same command with --resume to export"
-    with timer.part("export"), reporting_write_failures(output_dir, staging, after):
+    with run.timer.part("export"), reporting_write_failures(output_dir, staging, after):
         shutil.rmtree(staging, ignore_errors=True)
         model.save_sentence_transformer(staging)
         _move_into(staging, output_dir)
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
-        with timer.part("final_evaluation"):
+        with run.timer.part("final_evaluation"):
             results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
-    accum, train_seconds = config.gradient_accumulation_steps, state["train_seconds"]
+    accum, train_seconds, total_steps = config.gradient_accumulation_steps, state["train_seconds"], run.total_steps
+    columns, num_rows = data.columns, data.num_rows
     results.update(
         {
             "best_step": state["best_step"] or total_steps,
             "best_stsb_dev_spearman_during_training": state["best_stsb_dev_spearman"],
             "base_stsb_dev_spearman": state["base_stsb_dev_spearman"],
             "total_steps": total_steps,
-            "resumed_from_step": start_step or None,
+            "resumed_from_step": run.start_step or None,
             "num_train_rows": num_rows,  # sentences (one column), pairs or triplets
             "num_train_sentences": num_rows * len(columns),
             "train_columns": column_roles(columns),  # each column of the training file and what it meant
             "evaluation_pooler": model.evaluation_pooler,
             "embedding_dimension": model.encoder.config.hidden_size,
-            "skipped_empty_lines": skipped,
-            "train_file": str(train_file),
+            "skipped_empty_lines": data.skipped,
+            "train_file": str(data.train_file),
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
-            "mixed_precision": mixed_precision,  # the precision used (config.mixed_precision may say auto)
+            "mixed_precision": run.mixed_precision,  # the precision used (config.mixed_precision may say auto)
             "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
-            **timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
+            **run.timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
             "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
             "lambda_stats": summarize_lambda(state["history"]),

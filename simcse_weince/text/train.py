@@ -1,12 +1,13 @@
-"""SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: the training loop, top to bottom.
+"""SimCSE with WEINCE (or InfoNCE) on 🤗 Accelerate: :func:`train`, and what its steps do.
 
 Unsupervised (one sentence a line): every sentence is encoded twice in one forward pass over the doubled batch;
 the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
 ``simcse`` geometry, :class:`~simcse_weince.training.objective.ContrastiveObjective`). Supervised (pairs or
 triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
 the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
-scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. Run folder, checkpoints,
-resume, logging and Ctrl-C come from :mod:`simcse_weince.training`, shared with the vision trainer.
+scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. The loop itself (run folder,
+checkpoints, resume, logging, Ctrl-C, timings) is :func:`simcse_weince.training.loop.run_training`, shared with
+the vision trainer; :class:`TextTask` is what this trainer gives it.
 
 Example::
 
@@ -24,30 +25,25 @@ Extreme-Value Corrections for InfoNCE", ICML 2026 (arXiv 2606.00262).
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from simcse_weince.paths import resolve_data_dir
-from simcse_weince.precision import precision_label
 from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
-from simcse_weince.text.results import DevSelection, check_evaluation_data, export_results, not_applied_settings
-from simcse_weince.training.accelerator import make_accelerator
-from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
-from simcse_weince.training.timing import RunTimer
-from simcse_weince.training.tracking import (
-    InterruptFlag,
-    check_finite,
-    make_trackers,
-    progress_postfix,
-    start_trackers,
-    stop_requested,
+from simcse_weince.text.results import (
+    DevSelection,
+    TrainingRows,
+    check_evaluation_data,
+    export_results,
+    not_applied_settings,
 )
+from simcse_weince.training.batches import StepBatchSampler
+from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
+from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)
 
@@ -66,145 +62,114 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
     On processes other than the main one the returned dict is empty.
     """
-    from accelerate.utils import DataLoaderConfiguration, set_seed
-    from tqdm.auto import tqdm
+    return run_training(config, TextTask(config), resume=resume, overwrite=overwrite)
 
-    timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written card (training/timing.py)
-    config.validate()
-    output_dir = Path(config.output_dir).expanduser()
-    log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
-    # split_batches: our batch_size is global, so the scheduler steps once per optimizer update
-    accelerator, mixed_precision = make_accelerator(
-        cpu=config.cpu,
-        mixed_precision=config.mixed_precision,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
-        dataloader_config=DataLoaderConfiguration(split_batches=True),
-        log_with=log_with,
-        project_dir=output_dir,
-    )
-    not_applied = not_applied_settings(config, tensorboard_dropped)
-    length_chunks = resolve_length_chunks(config.length_chunks, mixed_precision)  # auto: by the precision used
-    run = RunFolder(output_dir, resume, overwrite, accelerator)
-    with run.restore_on_failure():
-        # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded -----
-        set_seed(config.seed)  # before the model: the MLP head's initialisation depends on it
-        train_file, data_dir = resolve_train_file(config), resolve_data_dir(config.data_dir)
+
+class TextTask:
+    """Unsupervised (one column) or supervised (pairs, triplets) SimCSE as a :class:`TrainingTask` of
+    :func:`~simcse_weince.training.loop.run_training`: STS-B dev selects the best step, which is exported as a
+    SentenceTransformer. The last step is checkpointed before the export and dropped once it is written."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+
+    def accelerator_options(self) -> dict:
+        from accelerate.utils import DataLoaderConfiguration
+
+        # split_batches: our batch_size is global, so the scheduler steps once per optimizer update
+        return {
+            "gradient_accumulation_steps": self.config.gradient_accumulation_steps,
+            "dataloader_config": DataLoaderConfiguration(split_batches=True),
+        }
+
+    def check(self, run: TrainingRun) -> None:
+        self.not_applied = not_applied_settings(self.config, run.tensorboard_dropped)
+        self.length_chunks = resolve_length_chunks(self.config.length_chunks, run.mixed_precision)  # auto: by precision
+
+    def build(self, run: TrainingRun):
+        config, accelerator = self.config, run.accelerator
+        self.train_file, self.data_dir = resolve_train_file(config), resolve_data_dir(config.data_dir)
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
-            check_evaluation_data(data_dir)
-        model, tokenized, columns, skipped = _load_model_and_data(config, train_file)
-        accum = config.gradient_accumulation_steps
-        total_steps = _total_steps(config, len(tokenized))
+            check_evaluation_data(self.data_dir)
+        model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
+        total_steps = _total_steps(config, len(self.tokenized))
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
-        model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-        unwrapped = accelerator.unwrap_model(model)
-        objective = ContrastiveObjective(
+        self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
+        self.accelerator, self.unwrapped = accelerator, accelerator.unwrap_model(self.model)
+        self.objective = ContrastiveObjective(
             config.loss, config.temperature, weince=config.weince, geometry="simcse",
             hardness_strength=config.hardness_strength,
         )  # fmt: skip
-        state = new_trainer_state(
-            best_step=None, best_stsb_dev_spearman=None, base_stsb_dev_spearman=None, evaluations=[]
-        )
-        if run.checkpoint is not None:
-            state = load_checkpoint(accelerator, run.checkpoint)
-            logger.info("resumed from %s at step %d of %d", run.checkpoint, state["step"], total_steps)
-            timer.restore(state)
-        run.claim(config)
-        start_step = state["step"]
+        return self.model, total_steps
+
+    def initial_state(self) -> dict:
+        return {"best_step": None, "best_stsb_dev_spearman": None, "base_stsb_dev_spearman": None, "evaluations": []}
+
+    def options(self) -> LoopOptions:
+        config = self.config
+        return LoopOptions(
+            project="simcse-weince", progress_desc="training", unit="sent",
+            items_per_step=config.batch_size * config.gradient_accumulation_steps,
+            logging_steps=config.logging_steps, log_last_step=False, unlogged=("train_seconds",),
+            save_steps=config.save_steps, save_total_limit=config.save_total_limit, keep_last_checkpoint=False,
+            eval_steps=config.eval_steps, entry_train_seconds=True,
+        )  # fmt: skip
+
+    def loader(self, run: TrainingRun):
+        config, accum = self.config, self.config.gradient_accumulation_steps
         sampler = StepBatchSampler(
-            len(tokenized), config.batch_size, config.seed, start_step * accum, total_steps * accum,
-            accelerator.process_index, accelerator.num_processes,
+            len(self.tokenized), config.batch_size, config.seed, run.start_step * accum, run.total_steps * accum,
+            run.accelerator.process_index, run.accelerator.num_processes,
         )  # fmt: skip
         # a private generator: creating the loader must not draw from the global RNG (the dropout masks after a
         # resume would differ from an uninterrupted run)
-        loader = torch.utils.data.DataLoader(
-            tokenized, batch_sampler=sampler, collate_fn=PaddingCollator(unwrapped.tokenizer.pad_token_id),
+        return torch.utils.data.DataLoader(
+            self.tokenized, batch_sampler=sampler, collate_fn=PaddingCollator(self.unwrapped.tokenizer.pad_token_id),
             num_workers=config.num_workers, generator=torch.Generator(),
         )  # fmt: skip
-        start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), "simcse-weince")
-        dev = DevSelection(accelerator, unwrapped, config, data_dir, state, run.checkpoints / "best")
-        timer.add("setup", timer.since_start())
-        if config.eval_before_training and start_step == 0:
-            with timer.part("evaluation"):
-                state["base_stsb_dev_spearman"] = dev.score()
-            logger.info("STS-B dev Spearman before training: %s", _fmt(state["base_stsb_dev_spearman"]))
 
-        # --- the loop -------------------------------------------------------------------------------------------
-        logger.info(
-            "training %s with %s on %s %s from %s: %d steps of %d x %d on %d process(es), %s, %s%s, "
-            "%d length chunk(s)%s",
-            config.model, config.loss, f"{len(tokenized):,}", _describe_rows(columns), train_file, total_steps,
-            config.batch_size, accum,
-            accelerator.num_processes, accelerator.device, precision_label(mixed_precision),
-            " (mixed precision auto)" if config.mixed_precision == "auto" else "", length_chunks,
-            f", encoded {config.mini_batch_size} at a time (GradCache)" if config.mini_batch_size else "",
-        )  # fmt: skip
-        is_main = accelerator.is_main_process
-        progress = tqdm(total=total_steps, initial=start_step, disable=not is_main, desc="training", dynamic_ncols=True)
-        micro_batches = iter(loader)
-        model.train()
-        session_seconds = 0.0
-        with InterruptFlag() as interrupt:
-            for step in range(start_step + 1, total_steps + 1):  # step = optimizer updates done after this one
-                step_start = time.perf_counter()
-                losses, diagnostics = [], []
-                for _ in range(accum):
-                    batch = {name: value.to(accelerator.device) for name, value in next(micro_batches).items()}
-                    with accelerator.accumulate(model):
-                        loss, logs = forward_backward(
-                            model, batch, objective, accelerator, config.mini_batch_size, length_chunks,
-                            num_columns=len(columns),
-                        )  # fmt: skip
-                        if accelerator.sync_gradients and config.max_grad_norm:
-                            accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                        optimizer.step()
-                        scheduler.step()
-                        optimizer.zero_grad(set_to_none=True)
-                    losses.append(loss.detach())
-                    diagnostics.append(logs)
-                entry = _step_entry(step, losses, diagnostics, scheduler.get_last_lr()[0])  # one device sync
-                session_seconds += time.perf_counter() - step_start
-                state["train_seconds"] += time.perf_counter() - step_start
-                state["step"] = step
-                entry["train_seconds"] = state["train_seconds"]
-                check_finite(entry["loss"], step, run.checkpoints)
-                state["history"].append(entry)
-                speed = (step - start_step) * config.batch_size * accum / session_seconds
-                progress.update(1)
-                progress.set_postfix(progress_postfix(entry, speed, mixed_precision), refresh=False)
-                if step % config.logging_steps == 0:
-                    accelerator.log({k: v for k, v in entry.items() if k not in ("step", "train_seconds")}, step=step)
-                if config.eval_steps and (step % config.eval_steps == 0 or step == total_steps):
-                    with timer.part("evaluation"):
-                        dev.evaluate(step, progress.write)
+    def before_training(self, run: TrainingRun) -> None:
+        best_dir = run.output_dir / CHECKPOINTS / "best"
+        self.dev = DevSelection(run.accelerator, self.unwrapped, self.config, self.data_dir, run.state, best_dir)
+        if self.config.eval_before_training and run.start_step == 0:
+            with run.timer.part("evaluation"):
+                run.state["base_stsb_dev_spearman"] = self.dev.score()
+            logger.info("STS-B dev Spearman before training: %s", _fmt(run.state["base_stsb_dev_spearman"]))
 
-                stop = stop_requested(accelerator, interrupt)
-                if stop or (config.save_steps and step % config.save_steps == 0 and step < total_steps):
-                    timer.save_into(state)
-                    with timer.part("checkpoint"):
-                        path = run.save_checkpoint(state, config.save_total_limit)
-                    if stop:
-                        progress.close()
-                        logger.warning("%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), path)
-                        accelerator.end_training()
-                        raise interrupt.interruption()  # the CLI exits 130 (Ctrl-C) or 143 (SIGTERM)
-        progress.close()
+    def describe(self, run: TrainingRun) -> str:
+        config = self.config
+        return (
+            f"training {config.model} with {config.loss} on {len(self.tokenized):,} {_describe_rows(self.columns)} "
+            f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
+            f"{config.gradient_accumulation_steps}, {self.length_chunks} length chunk(s)"
+            + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
+        )
 
-        # --- export the best step as a SentenceTransformer, evaluate it, write results and the model card --------
-        # the last step reaches a checkpoint first (a full disk during the export must not lose it; --resume then
-        # only exports); it goes once the export is written, so a finished run keeps its periodic checkpoints only
-        timer.save_into(state)
-        with timer.part("checkpoint"):
-            last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)
-        results = export_results(
-            accelerator, unwrapped, config, state, dev,
-            mixed_precision=mixed_precision, length_chunks=length_chunks, not_applied=not_applied,
-            total_steps=total_steps, start_step=start_step, num_rows=len(tokenized), columns=columns,
-            skipped=skipped, train_file=train_file, timer=timer, last_checkpoint=last,
-        )  # fmt: skip
-        run.finish(drop=last)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return results
+    def train_step(self, step: int, batches, log_now: bool) -> dict:
+        config, accelerator, model, optimizer = self.config, self.accelerator, self.model, self.optimizer
+        losses, diagnostics = [], []
+        for _ in range(config.gradient_accumulation_steps):
+            batch = {name: value.to(accelerator.device) for name, value in next(batches).items()}
+            with accelerator.accumulate(model):
+                loss, logs = forward_backward(
+                    model, batch, self.objective, accelerator, config.mini_batch_size, self.length_chunks,
+                    num_columns=len(self.columns),
+                )  # fmt: skip
+                if accelerator.sync_gradients and config.max_grad_norm:
+                    accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                self.scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.detach())
+            diagnostics.append(logs)
+        return _step_entry(step, losses, diagnostics, self.scheduler.get_last_lr()[0])  # one device sync
+
+    def evaluate(self, step: int, write) -> None:
+        self.dev.evaluate(step, write)
+
+    def export(self, run: TrainingRun) -> dict:
+        data = TrainingRows(self.train_file, self.columns, len(self.tokenized), self.skipped)
+        return export_results(run, self.unwrapped, self.dev, data, self.not_applied, self.length_chunks)
 
 
 def encode_columns(model, batch: dict, num_columns: int = 1, length_chunks: int = 1) -> tuple:

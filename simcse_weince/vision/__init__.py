@@ -11,7 +11,7 @@ Importing this package is light: the names below load their module on first use.
 
 from __future__ import annotations
 
-import importlib
+from simcse_weince._lazy import lazy_exports
 
 _EXPORTS = {
     "SimCLRModel": "backbones",
@@ -38,9 +38,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value  # not the submodule of the same name that the import bound (see text/__init__.py)
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -67,10 +67,7 @@ def register(subparsers) -> None:
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--output", default=None, help="results.json path (default: in the checkpoint folder)")
     evaluate.set_defaults(func=run_eval)
-
-    from simcse_weince.compare_cli import register_vision
-
-    register_vision(commands)
+    vision.commands = commands  # simcse_weince.compare.cli adds ``vision compare`` to them
 
 
 def build_config(args):

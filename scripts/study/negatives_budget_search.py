@@ -12,7 +12,7 @@ Every run is an ordinary ``compare`` cell in ``<output-dir>/epochs-<E>-lr-<lr>/b
 shared between rules (batch 64 has the same learning rate under every scaling) and a killed pilot continues where it
 stopped when run again. Writes ``budget.json`` (every point, the compute per cell, the choice) and prints the table.
 
-    OMP_NUM_THREADS=1 python scripts/negatives_budget_search.py --output-dir runs/study/negatives-budget
+    OMP_NUM_THREADS=1 python scripts/study/negatives_budget_search.py --output-dir runs/study/negatives-budget
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """How far ``--eval-bf16`` moves the 7-task STS table: the same model evaluated in fp32 and under bf16 autocast.
 
-    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data python scripts/eval_bf16_digits.py [--model FOLDER]
+    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data \\
+        python scripts/benchmarks/eval_bf16_digits.py [--model FOLDER]
 
 Prints both tables, the largest absolute difference per task (Spearman x100, the digits SimCSE reports) and
 both wall times with their ratio. The digits can be measured on any CPU (bf16 autocast runs everywhere); the

@@ -22,8 +22,8 @@ out of the box (our default ``--mixed-precision auto`` against sentence-transfor
 
 Usage::
 
-    python scripts/bench_train.py --steps 10 --rounds 3     # about 15 minutes on 2 CPU cores
-    python scripts/bench_train.py --steps 8 --rounds 3 --loss infonce
+    python scripts/benchmarks/bench_train.py --steps 10 --rounds 3     # about 15 minutes on 2 CPU cores
+    python scripts/benchmarks/bench_train.py --steps 8 --rounds 3 --loss infonce
 """
 
 from __future__ import annotations

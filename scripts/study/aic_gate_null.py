@@ -7,8 +7,8 @@ exactly as the loss does, and prints per distribution the mean ΔAIC, the share 
 (ΔAIC > m, λ^AIC > ½) and the mean β̂. A gate that discriminates would open for the Weibull rows and stay shut for
 the Gumbel ones.
 
-    python scripts/aic_gate_null.py                  # batch 64: 63 negatives, a tail of 32 points
-    python scripts/aic_gate_null.py --negatives 255  # batch 256
+    python scripts/study/aic_gate_null.py                  # batch 64: 63 negatives, a tail of 32 points
+    python scripts/study/aic_gate_null.py --negatives 255  # batch 256
 """
 
 from __future__ import annotations

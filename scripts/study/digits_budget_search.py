@@ -6,7 +6,7 @@ InfoNCE beats the untrained backbone on kNN@20 or on the linear probe. Every run
 cell, so a killed search continues where it stopped when run again. Writes ``budget.json`` (the whole curve and the
 choice) in the output folder and prints the curve as a table.
 
-    python scripts/digits_budget_search.py --output-dir runs/study/digits-budget
+    python scripts/study/digits_budget_search.py --output-dir runs/study/digits-budget
 """
 
 from __future__ import annotations

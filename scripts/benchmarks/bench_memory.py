@@ -16,8 +16,8 @@ the batch.
 
 Usage::
 
-    python scripts/bench_memory.py                       # ~10 minutes on 2 CPU cores
-    python scripts/bench_memory.py --batch-sizes 64 256 --max-uncached-batch 256 --device cuda
+    python scripts/benchmarks/bench_memory.py                       # ~10 minutes on 2 CPU cores
+    python scripts/benchmarks/bench_memory.py --batch-sizes 64 256 --max-uncached-batch 256 --device cuda
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "wiki1m_head.txt"
 
 

@@ -27,7 +27,8 @@ variants: infonce, weince, weince-reference (beta 1), untrained (0 epochs: the i
 
 
 def register(subparsers) -> None:
-    """``simcse-weince compare``: text variants over a preset."""
+    """``simcse-weince compare`` (text variants over a preset) and, when the ``vision`` command is registered,
+    ``simcse-weince vision compare``."""
     from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig
 
     parser = subparsers.add_parser(
@@ -40,6 +41,9 @@ def register(subparsers) -> None:
     sweep = add_sweep_flags(parser)
     sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
     finish_parser(parser, TrainConfig, FIELD_CHOICES, task="text")
+    vision = subparsers.choices.get("vision")
+    if vision is not None:  # the vision command keeps its sub-commands in .commands (simcse_weince.vision.cli)
+        register_vision(vision.commands)
 
 
 def register_vision(subparsers) -> None:
@@ -92,7 +96,7 @@ def is_vision(args: argparse.Namespace) -> bool:
 
 def select_variants(args: argparse.Namespace) -> dict[str, dict]:
     """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
-    from simcse_weince.compare import VARIANTS, VISION_VARIANTS, load_variants
+    from simcse_weince.compare.cells import VARIANTS, VISION_VARIANTS, load_variants
 
     builtins = VISION_VARIANTS if is_vision(args) else VARIANTS
     known = load_variants(args.variants_file, builtins) if args.variants_file else dict(builtins)

@@ -10,7 +10,7 @@ InfoNCE and WEINCE losses of the untrained encoder. ``simcse-weince diagnose`` t
 of the negative similarities, the k-sweep) on the same encoder's evaluation embeddings, saved here as a
 SentenceTransformer folder:
 
-    OMP_NUM_THREADS=1 python scripts/negatives_prediction.py --output-dir runs/study/negatives-prediction
+    OMP_NUM_THREADS=1 python scripts/study/negatives_prediction.py --output-dir runs/study/negatives-prediction
     simcse-weince diagnose runs/study/negatives-prediction/untrained-cpu-cls --data wiki1m_head.txt --pot --k-sweep \
         --batch-size 1024 --output-dir runs/study/negatives-prediction/diagnose
 """

@@ -1,7 +1,7 @@
 """Study 2 (docs/experiments.md): four variants x seeds 6-10 at batch sizes 64, 256 and 1,024 on ``cpu-cls``.
 
 Every cell is an ordinary ``compare`` cell in ``<output-dir>/batch-<B>/<variant>/seed-<s>``, trained under the
-budget the pilot chose (``budget.json`` of ``scripts/negatives_budget_search.py``), seed by seed across the batch
+budget the pilot chose (``budget.json`` of ``scripts/study/negatives_budget_search.py``), seed by seed across the batch
 sizes, so a sweep stopped early holds complete pairs *and* complete trends. Then, from all the cells found:
 
 - ``batch-<B>/comparison.{json,md,png}``: the paired grid at each batch size (``compare``'s own files);
@@ -10,8 +10,8 @@ sizes, so a sweep stopped early holds complete pairs *and* complete trends. Then
   pooled batch-64 analysis over seeds 1-10 (Study 1's cells with this study's);
 - ``negatives.md`` (the tables) and ``negatives.png`` (paired difference against batch size, 95% intervals).
 
-    OMP_NUM_THREADS=1 python scripts/negatives_study.py --seeds 6,7       # process 1 (and 8,9,10 in process 2)
-    python scripts/negatives_study.py --seeds 6,7,8,9,10 --summarize-only  # read every cell, write the analyses
+    OMP_NUM_THREADS=1 python scripts/study/negatives_study.py --seeds 6,7       # process 1 (and 8,9,10 in process 2)
+    python scripts/study/negatives_study.py --seeds 6,7,8,9,10 --summarize-only  # read every cell, write the analyses
 """
 
 from __future__ import annotations

@@ -1,23 +1,66 @@
-"""The markdown of a study's results, from its comparison.json files: what README and docs/experiments.md show.
-
-For each sweep folder: the paired table (`comparison.md`), the cells' commit, the λ statistics of each WEINCE
-variant averaged over seeds and steps, the decision of docs/experiments.md (the 95% interval of the paired
-difference above 0, below 0, or containing 0) and the wall time of the cells.
-
-    python scripts/study_report.py results/study/cpu-cls results/study/cpu-demo --against infonce-hardness
-"""
+"""The text of a comparison: ``comparison.md`` (:func:`format_markdown`) and the study report that README and
+docs/experiments.md show (:func:`study_report`: the table, each difference's decision, λ statistics, cost)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+
+def _fmt(value, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _mean_sd_text(stat: dict) -> str:
+    if stat["mean"] is None:
+        return "n/a"
+    return _fmt(stat["mean"]) + (f" ± {_fmt(stat['sd'])}" if stat["sd"] is not None else "")
+
+
+def format_markdown(summary: dict) -> str:
+    """The comparison as a markdown table: mean ± sd per metric, then each delta metric's paired difference
+    against the baseline (mean [95% t-interval], wins/ties/losses, Wilcoxon p)."""
+    baseline, labels = summary["baseline"], summary["metrics"]
+    deltas = summary.get("deltas", ["stsb_test"])
+    header = ["variant", "n", *labels.values()]
+    for metric in deltas:
+        header += [f"Δ {labels[metric]} vs {baseline} [95% CI]", "W/T/L", "Wilcoxon p"]
+    lines = ["| " + " | ".join(header) + " |", "|:--|" + "--:|" * (1 + len(labels)) + "--:|:-:|--:|" * len(deltas)]
+    for name, stats in summary["per_variant"].items():
+        row = [name, str(stats[deltas[0]]["n"]), *(_mean_sd_text(stats[metric]) for metric in labels)]
+        for metric in deltas:
+            if name == baseline:
+                row += ["—", "—", "—"]
+                continue
+            difference = summary["differences"][name][metric]
+            ci = difference["ci95"]
+            delta = f"{difference['mean']:+.2f}" if difference["mean"] is not None else "n/a"
+            if ci is not None:
+                delta += f" [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+            wtl = f"{difference['wins']}/{difference['ties']}/{difference['losses']}"
+            row += [delta, wtl, _fmt(difference["wilcoxon_p"], 3)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+    if summary.get("task", "text") == "text":
+        what = ("Spearman x100; STS-B dev is the best during training, STS avg the test average over the final "
+                "tasks")  # fmt: skip
+    else:
+        what = "accuracy x100 of the frozen backbone on the test split (linear probe: mean of its probe seeds)"
+    seeds = f"seed{'s' if len(summary['seeds']) > 1 else ''} {', '.join(map(str, summary['seeds']))}"
+    lines.append(
+        f"{what}. Mean ± sd over {seeds}; Δ, W/T/L (wins/ties/losses) and "
+        f"the Wilcoxon signed-rank p are paired by seed against {baseline}."
+    )
+    return "\n".join(lines) + "\n"
+
+
+#: the λ statistics of the study report: name in the λ curves -> label
 LAMBDA_KEYS = {"lambda_mean": "mean λ", "lambda_above_half": "share λ > ½", "rho0": "ρ₀",
                "delta_aic_mean": "mean ΔAIC", "beta_hat_mean": "mean β̂"}  # fmt: skip
 
 
 def decision(interval) -> str:
+    """docs/experiments.md's decision from the 95% interval of a paired difference."""
     if interval is None:
         return "no interval (fewer than 2 pairs)"
     low, high = interval
@@ -46,7 +89,7 @@ def difference_lines(differences: dict, baseline: str, summary: dict, *, record:
 
 def against(summary: dict, other: str) -> list[str]:
     """Each other variant's paired differences against ``other`` (a second baseline, e.g. the peer loss)."""
-    from simcse_weince.compare import summarize
+    from simcse_weince.compare.statistics import summarize
 
     if other not in {run["variant"] for run in summary["runs"]}:
         return []
@@ -54,7 +97,11 @@ def against(summary: dict, other: str) -> list[str]:
     return difference_lines(differences, other, summary, record=True)
 
 
-def report(folder: Path, others: tuple[str, ...] = ()) -> str:
+def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
+    """The markdown of one sweep folder's results, from its comparison.json and comparison.md: the paired table,
+    each difference's decision (also against each of ``others``), the λ statistics of each WEINCE variant
+    averaged over seeds and steps, and the cells' commit and wall time."""
+    folder = Path(folder)
     summary = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
     lines = [f"### `{folder.name}`", "", (folder / "comparison.md").read_text(encoding="utf-8").rstrip(), ""]
     lines += difference_lines(summary["differences"], summary["baseline"], summary, record=False)
@@ -77,17 +124,3 @@ def report(folder: Path, others: tuple[str, ...] = ()) -> str:
     lines += ["", f"{len(summary['runs'])} runs at commit `{commit}`"
               + (f"; their training wall times add up to {seconds / 3600:.2f} h." if seconds else ".")]  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders (or archives) holding comparison.json")
-    parser.add_argument("--against", default="", metavar="NAMES",
-                        help="comma-separated variants to pair every other variant against as well")  # fmt: skip
-    args = parser.parse_args()
-    others = tuple(name for name in args.against.split(",") if name)
-    print("\n".join(report(folder, others) for folder in args.folders), end="")
-
-
-if __name__ == "__main__":
-    main()

@@ -3,7 +3,7 @@
 Used to show that a refactor of the trainers changes no computation: record before, record after, compare
 (``tests/test_step_losses.py`` compares a fresh run with ``tests/data/step_losses.json``).
 
-    python scripts/record_step_losses.py --output step_losses.json
+    python scripts/tools/record_step_losses.py --output step_losses.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Usage (offline, with the data beside the checkout):
 
-    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data python scripts/bench_sts_eval.py \
+    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data python scripts/benchmarks/bench_sts_eval.py \
         [--poolers st,avg,cls_before_pooler] [--baseline]
 
 For each encoder of the bundled all-MiniLM-L6-v2 ("st": the SentenceTransformer with its mean pooling; a SimCSE

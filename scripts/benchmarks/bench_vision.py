@@ -7,8 +7,8 @@ machine noise hits both alike). Each checkpoint is evaluated on frozen backbone 
 pretraining seeds and its 95% t-interval. The untrained backbone (same seeds) is the reference row: digits are
 easy, so random ResNet features already separate them well.
 
-    python scripts/bench_vision.py                    # ~12 min on one CPU core (--threads 1)
-    python scripts/bench_vision.py --epochs 1 --seeds 0   # a quick smoke run
+    python scripts/benchmarks/bench_vision.py                    # ~12 min on one CPU core (--threads 1)
+    python scripts/benchmarks/bench_vision.py --epochs 1 --seeds 0   # a quick smoke run
 """
 
 from __future__ import annotations

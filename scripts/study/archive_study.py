@@ -5,8 +5,8 @@ comparison files and, per cell, ``results.json`` and ``training_config.yaml``. T
 needs to count a cell as finished, so copying an archive back into a sweep folder lets a later session (or another
 machine) finish an interrupted study with the same command, training only the missing cells.
 
-    python scripts/archive_study.py runs/study/cpu-cls results/study/cpu-cls   # sweep -> archive
-    python scripts/archive_study.py results/study/cpu-cls runs/study/cpu-cls   # archive -> sweep, to finish it
+    python scripts/study/archive_study.py runs/study/cpu-cls results/study/cpu-cls   # sweep -> archive
+    python scripts/study/archive_study.py results/study/cpu-cls runs/study/cpu-cls   # archive -> sweep, to finish it
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GPU checks for a session with a lent accelerator; run through ``scripts/device_check.sh``.
+"""GPU checks for a session with a lent accelerator; run through ``scripts/device/device_check.sh``.
 
 Writes one JSON (``--output``, default ``$OUT/device_check.json`` or ``./device_check.json``) with one entry per
 check: ``{"ok": bool, ...numbers}`` or ``{"skipped": reason}``. Needs torch, transformers, sentence-transformers
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

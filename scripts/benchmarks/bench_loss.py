@@ -1,7 +1,7 @@
 """Cost of the WEINCE loss against InfoNCE, measured side by side in one run.
 
-    python scripts/bench_loss.py            # the README table
-    python scripts/bench_loss.py --repeats 50 --threads 2
+    python scripts/benchmarks/bench_loss.py            # the README table
+    python scripts/benchmarks/bench_loss.py --repeats 50 --threads 2
 
 1. forward + backward of ``weince_loss`` vs ``infonce_loss`` at the sizes of the issue (interleaved repeats,
    median), and

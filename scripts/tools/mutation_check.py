@@ -1,8 +1,8 @@
 """Plant known bugs in a temporary copy of the package, one at a time, and check the default tests kill each one.
 
-    python scripts/mutation_check.py                 # every mutation
-    python scripts/mutation_check.py --only gate     # the mutations whose name contains "gate"
-    python scripts/mutation_check.py --list          # names, files and test selections
+    python scripts/tools/mutation_check.py                 # every mutation
+    python scripts/tools/mutation_check.py --only gate     # the mutations whose name contains "gate"
+    python scripts/tools/mutation_check.py --list          # names, files and test selections
 
 The working tree is copied to a temporary folder (with ``../shared`` linked beside it, so the tests find the real
 data); each mutation replaces one short snippet of a source file (the snippet must occur exactly once, otherwise the
@@ -24,24 +24,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
 class Mutation:
     name: str
     path: str  # relative to the repository root
-    edits: tuple[tuple[str, str], ...]  # (original snippet, replacement); each original must occur exactly once
+    # (original snippet, replacement) in path, or (another path, snippet, replacement); each original must occur
+    # exactly once in its file
+    edits: tuple[tuple[str, ...], ...]
     tests: tuple[str, ...]  # pytest arguments: files, node ids, "-k" expressions
     why: str
 
 
-CORE, TRAIN = "simcse_weince/weince.py", "simcse_weince/text/train.py"
+CORE, TRAIN, LOOP = "simcse_weince/weince.py", "simcse_weince/text/train.py", "simcse_weince/training/loop.py"
 COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
-SIGNALS, COMPARE = "simcse_weince/training/signals.py", "simcse_weince/compare.py"
+SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -102,15 +104,15 @@ MUTATIONS = (
     ),
     Mutation(
         "losses: InfoNCELoss ignores its temperature", INFONCE,
-        (("loss = infonce_loss(anchors, candidates, temperature=self.temperature)",
-          "loss = infonce_loss(anchors, candidates, temperature=1.0)"),),
+        (("return infonce_loss(anchors, candidates, temperature=self.temperature)",
+          "return infonce_loss(anchors, candidates, temperature=1.0)"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
     Mutation(
         "text trainer: no optimizer.step() and model.eval() instead of model.train()", TRAIN,
-        (("optimizer.step()\n", "pass\n"), ("micro_batches = iter(loader)\n        model.train()",
-                                             "micro_batches = iter(loader)\n        model.eval()")),
+        (("optimizer.step()\n", "pass\n"),
+         (LOOP, "batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()")),
         ("tests/test_train.py", "-k", "fixed_batch"), "issue 13: every trainer test passed with it",
     ),
     Mutation(
@@ -118,14 +120,13 @@ MUTATIONS = (
         ("tests/test_train.py", "-k", "fixed_batch"), "weights must change",
     ),
     Mutation(
-        "text trainer: model.eval() instead of model.train() (no dropout views)", TRAIN,
-        (("micro_batches = iter(loader)\n        model.train()",
-          "micro_batches = iter(loader)\n        model.eval()"),),
+        "training loop: model.eval() instead of model.train() (text: no dropout views)", LOOP,
+        (("batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()"),),
         ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
     ),
     Mutation(
         "text trainer: the last step exported instead of the best dev step", RESULTS,
-        (("load_weights(self.model.encoder, self.best_dir)", "pass"),),
+        (("load_weights(self.model.evaluation_modules(), self.best_dir)", "pass"),),
         ("tests/test_train.py", "-k", "best_dev"), "the best-dev checkpoint is the exported one",
     ),
     Mutation(
@@ -223,7 +224,8 @@ MUTATIONS = (
     # ---- the shared training core (issue 11)
     Mutation(
         "vision trainer: a resumed run restarts the data at batch 0", VISION_TRAIN,
-        (("config.seed, start_step, total_steps,", "config.seed, 0, total_steps - start_step,"),),
+        (("self.config.seed, run.start_step, run.total_steps,",
+          "self.config.seed, 0, run.total_steps - run.start_step,"),),
         ("tests/test_vision_train.py", "-k", "epoch_boundary"), "a resume must continue the data where it stopped",
     ),
     Mutation(
@@ -243,12 +245,12 @@ MUTATIONS = (
     ),
     # ---- comparisons (issue 10)
     Mutation(
-        "compare: runs paired across different seeds", "simcse_weince/compare.py",
+        "compare: runs paired across different seeds", "simcse_weince/compare/statistics.py",
         (("[by_cell[baseline, seed][metric] for seed in paired]", "[by_cell[baseline, seed][metric] for seed in paired[::-1]]"),),  # noqa: E501
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a paired difference compares runs of the same seed",
     ),
     Mutation(
-        "vision compare: a finished cell is trained again", "simcse_weince/compare.py",
+        "vision compare: a finished cell is trained again", "simcse_weince/vision/cells.py",
         (("    results = state.results\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
           "    results = None\n    if results is not None:\n        return results\n    from simcse_weince.training.runs"),),  # noqa: E501
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a rerun of a sweep must train only the missing cells",
@@ -260,8 +262,10 @@ MUTATIONS = (
     ),
     # ---- distributed
     Mutation(
-        "distributed: gathered gradients not summed over processes", "simcse_weince/distributed.py",
-        (("dist.all_reduce(grad)\n", "pass\n"),),
+        "distributed: the gathered rows carry no gradient to the other processes", "simcse_weince/distributed.py",
+        (("return all_gather_with_grad(tensor.contiguous())", "return all_gather(tensor.contiguous())"),
+         ("from sentence_transformers.util import all_gather_with_grad",
+          "from sentence_transformers.util import all_gather")),
         ("tests/test_distributed_loss.py",), "the global-batch gradient needs every process's share",
     ),
     # ---- issue 24: checkpoints
@@ -286,9 +290,8 @@ MUTATIONS = (
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: the .tmp kept the disk full for the resume",
     ),
     Mutation(
-        "checkpoints: the text export does not save the last step first", TRAIN,
-        (("last = run.checkpoint if start_step == total_steps else run.save_checkpoint(state, limit=0)",
-          "last = run.checkpoint"),),
+        "checkpoints: the text export does not save the last step first", LOOP,
+        (('        if saved_step != state["step"] or checkpoint is None:\n', "        if False:\n"),),
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
@@ -309,30 +312,30 @@ MUTATIONS = (
         ("tests/test_signals.py", "-k", "stops_train"), "issue 24.2: SIGTERM's conventional exit code is 143",
     ),
     Mutation(
-        "trust B/compare: the settings in a finished cell's results.json are not checked", COMPARE,
+        "trust B/compare: the settings in a finished cell's results.json are not checked", CELLS,
         (('        differences.update(_differences(config, recorded, results.get("not_applied")))\n', "        pass\n"),),  # noqa: E501
         ("tests/test_bad_inputs.py", "-k", "without_its_training_config"),
         "issue 24.3: a cell without training_config.yaml was reused under other settings",
     ),
     Mutation(
-        "trust B/compare: the training file's fingerprint is not compared", COMPARE,
+        "trust B/compare: the training file's fingerprint is not compared", CELLS,
         (("            if old != new:\n", "            if False:\n"),),
         ("tests/test_bad_inputs.py", "-k", "training_file_changed"),
         "issue 24.3: new content at the same path went unnoticed",
     ),
     Mutation(
-        "trust B/compare: a results.json of {} counts as a finished cell", COMPARE,
+        "trust B/compare: a results.json of {} counts as a finished cell", CELLS,
         (('        return "it is empty ({})"\n', "        return None\n"),),
         ("tests/test_bad_inputs.py", "-k", "not_a_result"), "issue 24.3: the seed silently dropped out of the pairs",
     ),
     Mutation(
-        "trust B/compare: each cell is checked only when its turn comes", COMPARE,
+        "trust B/compare: each cell is checked only when its turn comes", "simcse_weince/compare/sweep.py",
         (("    states = {cell: check_cell(config, task) for cell, config in order}",
           "    states = dict.fromkeys(configs)"),),
         ("tests/test_bad_inputs.py", "-k", "every_cell_before"), "issue 24: validate before the first cell trains",
     ),
     Mutation(
-        "trust B/inputs: --seeds 1,,2 read as 1,2", "simcse_weince/compare_cli.py",
+        "trust B/inputs: --seeds 1,,2 read as 1,2", "simcse_weince/compare/cli.py",
         (('    parts = [part.strip() for part in text.split(",")]\n',
           '    parts = [part.strip() for part in text.split(",") if part.strip()]\n'),),
         ("tests/test_bad_inputs.py", "-k", "seeds_are_checked"), "issue 24.5: an empty item was silently skipped",
@@ -369,19 +372,23 @@ def copy_tree(destination: Path) -> Path:
     return repo
 
 
-def apply(mutation: Mutation, repo: Path) -> str | None:
-    """Write the mutated file; returns the original text, or None (with a loud message) when a snippet is off."""
-    target = repo / mutation.path
-    original = target.read_text(encoding="utf-8")
-    mutated = original
-    for snippet, replacement in mutation.edits:
-        count = mutated.count(snippet)
+def apply(mutation: Mutation, repo: Path) -> dict[Path, str] | None:
+    """Write the mutated files; returns their original texts, or None (with a loud message) when a snippet is off
+    (nothing is then written)."""
+    mutated: dict[Path, str] = {}
+    for edit in mutation.edits:
+        path, snippet, replacement = edit if len(edit) == 3 else (mutation.path, *edit)
+        target = repo / path
+        text = mutated.get(target, target.read_text(encoding="utf-8") if target.is_file() else "")
+        count = text.count(snippet)
         if count != 1:
-            print(f"  NOT APPLIED: {mutation.path} holds {count} copies of {snippet!r} (expected exactly 1)")
+            print(f"  NOT APPLIED: {path} holds {count} copies of {snippet!r} (expected exactly 1)")
             return None
-        mutated = mutated.replace(snippet, replacement)
-    target.write_text(mutated, encoding="utf-8")
-    return original
+        mutated[target] = text.replace(snippet, replacement)
+    originals = {target: target.read_text(encoding="utf-8") for target in mutated}
+    for target, text in mutated.items():
+        target.write_text(text, encoding="utf-8")
+    return originals
 
 
 def sanity_selection(mutations) -> tuple[str, ...]:
@@ -442,14 +449,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sanity: every test selection passes without bugs ({seconds:.0f} s)", flush=True)
         for index, mutation in enumerate(mutations, 1):
             print(f"[{index}/{len(mutations)}] {mutation.name}", flush=True)
-            original = apply(mutation, repo)
-            if original is None:
+            originals = apply(mutation, repo)
+            if originals is None:
                 results.append((mutation, "NOT APPLIED", 0.0))
                 continue
             try:
                 outcome, seconds = run_tests(mutation, repo, args.timeout)
             finally:
-                (repo / mutation.path).write_text(original, encoding="utf-8")
+                for target, text in originals.items():
+                    target.write_text(text, encoding="utf-8")
             print(f"  {outcome} in {seconds:.0f} s by {' '.join(mutation.tests)}", flush=True)
             results.append((mutation, outcome, seconds))
 

@@ -5,8 +5,8 @@ share one model and one batch of random images and alternate (A B, B A, ...) so 
 alike; the medians are compared. The loss alone (forward + backward on fixed projections) is timed the same
 way, which isolates what WEINCE adds. Goal: WEINCE adds <= 2% to the step.
 
-    python scripts/bench_vision_step.py                       # ResNet-18, 32 px, batch 128, CPU
-    python scripts/bench_vision_step.py --batch-size 256 --repeats 5
+    python scripts/benchmarks/bench_vision_step.py                       # ResNet-18, 32 px, batch 128, CPU
+    python scripts/benchmarks/bench_vision_step.py --batch-size 256 --repeats 5
 
 Timings on a shared machine are noisy: read the ratios, not the absolute numbers.
 """

@@ -1,9 +1,10 @@
 """Where a training step's time goes: ``torch.profiler`` over our step and sentence-transformers' MNRL step.
 
-    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data python scripts/profile_step.py [--steps 6] [--bf16]
+    HF_HUB_OFFLINE=1 SIMCSE_WEINCE_DATA_DIR=../shared/data \\
+        python scripts/benchmarks/profile_step.py [--steps 6] [--bf16]
 
 Both train all-MiniLM-L6-v2 on the same 64 wiki sentences per step (length 32, dropout on, lr 3e-5, clipping at
-1.0, fused AdamW), as ``scripts/bench_train.py`` does, but without the trainers around them:
+1.0, fused AdamW), as ``scripts/benchmarks/bench_train.py`` does, but without the trainers around them:
 
 - ours: collate (pad to the longest), one forward over the doubled batch in length-sorted chunks (``--length-chunks``,
   default: what ``auto`` gives at that precision), WEINCE, backward, clip, AdamW;

@@ -12,7 +12,7 @@ corpus, so no evaluated split is trained on) it writes:
 then trains the bundled all-MiniLM-L6-v2 with the ``cls`` pooler on each (SimCSE's supervised settings otherwise:
 MLP kept at evaluation, tau 0.05, length 32; 3 epochs, lr 5e-5) and prints STS-B dev/test before and after::
 
-    python scripts/sick_supervised_demo.py --output-dir runs/sick-demo
+    python scripts/study/sick_supervised_demo.py --output-dir runs/sick-demo
 """
 
 from __future__ import annotations

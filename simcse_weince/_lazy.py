@@ -1,0 +1,31 @@
+"""Lazy package exports (as SPEC 1's ``lazy_loader.attach`` does): a name is imported from its submodule on first
+use, so that ``simcse-weince --help`` and light imports do not wait for torch.
+
+Usage, in a package's ``__init__.py``::
+
+    __getattr__, __dir__ = lazy_exports(__name__, {"train": "train", "TrainConfig": "config"})
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable, Callable]:
+    """``(__getattr__, __dir__)`` for ``package``; ``exports`` maps each name to the submodule that defines it."""
+    namespace = importlib.import_module(package).__dict__
+
+    def __getattr__(name: str):
+        if name in exports:
+            value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+            # importing e.g. text/train.py binds the package attribute ``train`` to that module; the exported name
+            # takes it back, or ``from simcse_weince.text import train`` would hand out the module
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted([*namespace, *exports])
+
+    return __getattr__, __dir__

@@ -1,0 +1,269 @@
+"""The cells of a comparison: variants, each cell's config and folder, and the check that a finished or started
+cell may be reused (:func:`check_cell`). What one kind of cell runs and reports is a :class:`Task` that its
+trainer package supplies (:mod:`simcse_weince.text.cells`, :mod:`simcse_weince.vision.cells`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config
+
+logger = logging.getLogger(__name__)
+
+#: the variants shipped: name -> overrides of the base config
+VARIANTS: dict[str, dict] = {
+    "infonce": {"loss": "infonce"},
+    "weince": {"loss": "weince"},
+    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
+    "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
+    # ours, not the paper's (Study 2): WEINCE with the same per-negative hardness term
+    "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
+}
+
+
+#: the vision variants shipped (``simcse-weince vision compare``); ``untrained`` trains 0 epochs: the seed's init
+VISION_VARIANTS: dict[str, dict] = {
+    "infonce": {"loss": "infonce"},
+    "weince": {"loss": "weince"},
+    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
+    "untrained": {"num_epochs": 0},
+}
+
+
+def load_variants(path, builtins: dict[str, dict] | None = None) -> dict[str, dict]:
+    """``builtins`` (default :data:`VARIANTS`) with the variants of a YAML/JSON file (``name: {setting: value}``)
+    merged over them.
+
+    Example: a file holding ``q03: {loss: weince, weince: {quantile: 0.3}}`` adds the variant ``q03``.
+    """
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"variants file {path} not found")
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"variants file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
+        raise ValueError(f"variants file {path} must map each variant name to a mapping of settings")
+    from simcse_weince.config import flatten_overrides
+
+    extra = {str(name): flatten_overrides(overrides) for name, overrides in values.items()}
+    return {**(VARIANTS if builtins is None else builtins), **extra}
+
+
+def cell_dir(output_dir, variant: str, seed: int) -> Path:
+    """The run folder of one cell: ``<output_dir>/<variant>/seed-<seed>``."""
+    return Path(output_dir).expanduser() / variant / f"seed-{seed}"
+
+
+def cell_configs(base, variants: dict[str, dict], seeds: list[int], output_dir) -> dict[tuple[str, int], object]:
+    """The config of every cell, built (and checked) before anything trains, so a bad variant fails at once."""
+    configs = {}
+    for name, overrides in variants.items():
+        try:
+            variant_config = apply_overrides(base, overrides)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"variant {name!r}: {error}") from None
+        for seed in seeds:
+            try:
+                configs[name, seed] = apply_overrides(
+                    variant_config, {"seed": seed, "output_dir": str(cell_dir(output_dir, name, seed))}
+                )
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"variant {name!r}, seed {seed}: {error}") from None
+    return configs
+
+
+@dataclass(frozen=True)
+class CellState:
+    """What a cell's folder holds, checked against the cell's settings by :func:`check_cell`."""
+
+    results: dict | None  # a finished cell's results (reused as they are); None: the cell trains
+    started: bool  # training_config.yaml is there: the cell resumes from its newest checkpoint
+    fingerprint: dict | None  # the cell's training data (text: path, size, sha256 of the file); None: not checked
+
+
+#: sha256 of the training files hashed by this compare() call: (path, size, mtime, inode) -> hex digest
+_DIGESTS: dict[tuple, str] = {}
+
+
+def clear_digests() -> None:
+    """Forget the hashed files: a training file may have changed since the last call in this process."""
+    _DIGESTS.clear()
+
+
+def file_fingerprint(path) -> dict:
+    """``{"path", "size", "sha256"}`` of a file: what a finished cell records of its training data."""
+    import hashlib
+
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
+
+
+def _setting(config, name: str):
+    if name.startswith("weince."):
+        return getattr(config.weince, name.removeprefix("weince."))
+    return getattr(config, name)
+
+
+def _show(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+#: settings that do not make a cell: a sweep folder that was moved, or restored from an archive, holds the same cells
+NOT_CELL_SETTINGS = ("output_dir",)
+
+
+def _differences(config, recorded, not_applied: dict | None = None) -> dict[str, str]:
+    """``name -> "name: old != new"`` for each setting in which ``config`` differs from the ``recorded`` one."""
+    names = [name for name in changed_settings(config, recorded) if name not in NOT_CELL_SETTINGS]
+    if "report_to" in names and "report_to" in (not_applied or {}):
+        # TensorBoard was not installed: results.json records the trackers that ran, not the ones asked for
+        if [name for name in config.report_to if name != "tensorboard"] == list(recorded.report_to):
+            names.remove("report_to")
+    return {name: f"{name}: {_show(_setting(recorded, name))} != {_show(_setting(config, name))}" for name in names}
+
+
+def _recorded_config(config, values: dict):
+    """The settings a cell recorded, as a config of ``config``'s class (earlier releases' names read too)."""
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+
+    aliases = DEPRECATED_NAMES if isinstance(config, VisionTrainConfig) else None
+    return apply_overrides(type(config)(), values, aliases)
+
+
+def _read_finished(folder: Path, config, task: Task) -> dict | None:
+    """A cell's results.json when it is a valid result of ``task``; None when the cell has not finished. A file
+    that is not a valid result (half-written, not UTF-8, not a JSON object, no settings or scores) is named in a
+    warning and the cell counts as unfinished: it is trained (or resumed) again."""
+    results_file = folder / "results.json"
+    if not results_file.is_file():
+        return None
+    problem = None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        problem = f"not UTF-8 text (invalid byte at offset {error.start})"
+    except json.JSONDecodeError as error:  # e.g. killed while writing it
+        problem = f"not valid JSON ({error.msg} at line {error.lineno})"
+    else:
+        problem = _invalid_result(results, config, task)
+    if problem is not None:
+        logger.warning("%s is not a valid result: %s; the cell is trained again", results_file, problem)
+        return None
+    return results
+
+
+def _invalid_result(results, config, task: Task) -> str | None:
+    """Why ``results`` is not the results.json of a finished ``task`` cell (None when it is)."""
+    if not isinstance(results, dict):
+        return f"it holds a JSON {'array' if isinstance(results, list) else type(results).__name__}, not an object"
+    if not results:
+        return "it is empty ({})"
+    if not isinstance(results.get("config"), dict):
+        return "it records no settings ('config')"
+    if not isinstance(results.get("history"), list):
+        return "it records no training history ('history')"
+    try:
+        _recorded_config(config, results["config"])
+        task.read_metrics(results)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def check_cell(config, task: Task | None = None) -> CellState:
+    """A cell's folder checked against the cell's settings; :func:`compare` checks every cell before the first
+    one trains.
+
+    A finished cell (a valid results.json) is reused only when the settings recorded in its results.json (and in
+    its training_config.yaml, when there is one) are the cell's, and, for text cells, when its training file
+    still has the recorded size and sha256; a started one (training_config.yaml) resumes only under the cell's
+    settings. Otherwise ValueError names the cell and each differing setting. A results.json written before
+    fingerprints were recorded is reused with a warning (the data cannot be checked); so is a finished cell whose
+    training file is not here (restored from an archive to be read).
+    """
+    task = task or task_for(config)
+    folder = Path(config.output_dir)
+    differences, started = {}, (folder / CONFIG_FILE).is_file()
+    if started:
+        differences.update(_differences(config, load_config(type(config), folder / CONFIG_FILE)))
+    results = _read_finished(folder, config, task)
+    fingerprint = None
+    if results is None:
+        fingerprint = task.data_fingerprint(config)  # a missing training file fails here, before any cell trains
+    else:
+        recorded = _recorded_config(config, results["config"])
+        differences.update(_differences(config, recorded, results.get("not_applied")))
+        try:
+            fingerprint = task.data_fingerprint(config, download=False)
+        except (OSError, ValueError) as error:
+            logger.warning("cannot check the training data of %s (%s); reusing it: its settings match", folder,
+                           error)  # fmt: skip
+        saved = results.get("data_fingerprint")
+        if fingerprint is not None and not (isinstance(saved, dict) and {"size", "sha256"} <= set(saved)):
+            logger.warning("%s records no data fingerprint (written by an earlier version): its training data "
+                           "cannot be checked; reusing it, its settings match", folder / "results.json")  # fmt: skip
+        elif fingerprint is not None:
+            old, new = (saved["size"], str(saved["sha256"])), (fingerprint["size"], fingerprint["sha256"])
+            if old != new:
+                differences["training data"] = (
+                    f"training data {fingerprint['path']}: {old[0]} bytes, sha256 {old[1][:12]} != {new[0]} bytes, "
+                    f"sha256 {new[1][:12]}"
+                )
+    if differences:
+        raise ValueError(
+            f"cell {folder} was {'trained' if results is not None else 'started'} with different settings: "
+            f"{', '.join(differences.values())}; use another --output-dir, or delete {folder} to train the cell again"
+        )
+    if results is not None:
+        logger.info("%s is finished; reading its results", folder)
+    return CellState(results, started, fingerprint)
+
+
+def write_results(folder: Path, results: dict) -> None:
+    """results.json, atomically: a cell killed while writing it keeps no half file."""
+    staging = folder / "results.json.tmp"
+    staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    staging.replace(folder / "results.json")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one kind of cell runs and which of its numbers are compared."""
+
+    name: str
+    run_cell: Callable[..., dict]  # (config, CellState) -> the cell's results (trained, resumed or read)
+    read_metrics: Callable[[dict], dict]  # results -> {metric: value}
+    metric_labels: dict[str, str]  # the compared metrics, in table order
+    deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
+    dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
+    data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
+
+
+def task_for(config) -> Task:
+    """The task of a base config: text for a TrainConfig, vision for a VisionTrainConfig (each defined in its
+    trainer package)."""
+    from simcse_weince.vision.config import VisionTrainConfig
+
+    if isinstance(config, VisionTrainConfig):
+        from simcse_weince.vision.cells import VISION_TASK
+
+        return VISION_TASK
+    from simcse_weince.text.cells import TEXT_TASK
+
+    return TEXT_TASK

@@ -1,0 +1,63 @@
+"""The text cells of a comparison (``simcse-weince compare``): one ``train`` run per cell, scored on STS."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from simcse_weince.compare.cells import CellState, Task, check_cell, file_fingerprint, write_results
+
+logger = logging.getLogger(__name__)
+
+#: the text metrics compared: name in comparison.json -> label
+METRIC_LABELS = {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg (final tasks)"}
+
+
+METRICS = tuple(METRIC_LABELS)
+
+
+def text_data_fingerprint(config, *, download: bool = True) -> dict:
+    """The fingerprint of a text cell's training file, resolved as ``train`` resolves it."""
+    from simcse_weince.text.data import resolve_train_file
+
+    return file_fingerprint(resolve_train_file(config, download=download))
+
+
+def run_cell(config, state: CellState | None = None) -> dict:
+    """Train one text cell, or read / resume it (see :func:`check_cell`): finished -> read; started -> resume;
+    else fresh. The cell's results.json records its settings and ``data_fingerprint`` (path, size and sha256 of
+    the training file), which a rerun checks before reusing the cell."""
+    state = state or check_cell(config, TEXT_TASK)
+    if state.results is not None:
+        return state.results
+    from simcse_weince.text.train import train
+
+    fingerprint = text_data_fingerprint(config)  # now, as the cell reads it (a cache hit when nothing changed)
+    if state.fingerprint is not None and fingerprint["sha256"] != state.fingerprint["sha256"]:
+        raise ValueError(
+            f"the training file {fingerprint['path']} changed while the comparison ran (sha256 "
+            f"{state.fingerprint['sha256'][:12]} when it started, {fingerprint['sha256'][:12]} now): the cells "
+            f"trained so far used the earlier content; restore it, or compare in another --output-dir"
+        )
+    if state.started:
+        logger.info("%s was interrupted; resuming it", config.output_dir)
+    results = train(config, resume=True if state.started else None)
+    if results:  # the main process
+        results["data_fingerprint"] = fingerprint
+        write_results(Path(config.output_dir), results)
+    return results
+
+
+def run_metrics(results: dict) -> dict:
+    """The compared numbers of one text run's results: best STS-B dev during training, STS-B test, STS avg."""
+    sts_test = results.get("sts_test") or {}
+    return {
+        "stsb_dev": results.get("best_stsb_dev_spearman_during_training"),
+        "stsb_test": results.get("stsb_test_spearman"),
+        "sts_avg": sts_test.get("avg"),
+    }
+
+
+#: what a text cell runs and which of its numbers are compared
+TEXT_TASK = Task("text", run_cell, run_metrics, METRIC_LABELS, ("stsb_test",), "stsb_dev_spearman",
+                 text_data_fingerprint)  # fmt: skip
