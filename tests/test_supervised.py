@@ -305,3 +305,11 @@ def test_paper_sup_offline_without_the_nli_file_says_where_it_looked(tmp_path, c
     assert code != 0 and len(error_lines) == 1 and "Traceback" not in err, err[-2000:]
     assert "nli_for_simcse.csv" in error_lines[0] and str(tmp_path) in error_lines[0]
     assert not run_dir.exists()
+
+
+def test_header_names_are_read_as_checked_spaces_around_them_ignored(tmp_path):
+    path = tmp_path / "spaced.csv"
+    path.write_text("sent1 , sent0\nSomeone plays.,A man plays.\n", encoding="utf-8")
+    table = read_table(path)
+    assert table.columns == ("sent0", "sent1")
+    assert table.rows == {"sent0": ["A man plays."], "sent1": ["Someone plays."]}

@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from simcse_weince.validation import check_utf8_text_file, has_visible_character
-
-logger = logging.getLogger(__name__)
 
 #: the accepted header namings, each in role order (anchor, positive, hard negative)
 COLUMN_NAMINGS = (("sent0", "sent1", "hard_neg"), ("anchor", "positive", "negative"))
@@ -47,9 +44,6 @@ class TrainingTable:
 
     def __len__(self) -> int:
         return len(self.rows[self.columns[0]])
-
-    def roles(self) -> dict[str, str]:
-        return dict(zip(self.columns, COLUMN_ROLES))
 
 
 def is_table_file(path: Path) -> bool:
@@ -116,7 +110,8 @@ def read_table(path: str | Path, max_rows: int | None = None) -> TrainingTable:
         raise ValueError(f"training file {path} is empty; it needs a header ({_expected()}) and rows")
     columns = _columns_in_role_order(path, header)
     table = TrainingTable(columns, {name: [] for name in columns}, skipped=blank)
-    order = [list(header).index(name) if delimiter is not None else name for name in columns]
+    # where each column stands: the header's position (names compared stripped, as they were checked), a JSON key
+    order = [[name.strip() for name in header].index(name) if delimiter is not None else name for name in columns]
     width = len(header)
     for line, cells in reader:
         if cells is None:  # a blank line

@@ -76,9 +76,7 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     from datasets import load_dataset
 
     path = Path(path)
-    check_regular_file(path, "training file")
-    if not path.is_file():
-        raise FileNotFoundError(f"training file {path} not found")
+    _check_training_file(path)
     if path.stat().st_size == 0:
         raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
@@ -95,6 +93,13 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     return sentences, skipped
 
 
+def _check_training_file(path: Path) -> None:
+    """A regular file that exists (a folder, FIFO or socket is named as what it is), whatever its format."""
+    check_regular_file(path, "training file")
+    if not path.is_file():
+        raise FileNotFoundError(f"training file {path} not found")
+
+
 def load_training_data(path: Path, max_train_samples: int | None = None):
     """The training rows of ``path``: a table (``.csv``, ``.tsv``, ``.jsonl`` with a header) or plain text.
 
@@ -109,9 +114,7 @@ def load_training_data(path: Path, max_train_samples: int | None = None):
     if not is_table_file(path):
         sentences, skipped = load_sentences(path, max_train_samples)
         return sentences, ("text",), skipped
-    check_regular_file(path, "training file")
-    if not path.is_file():
-        raise FileNotFoundError(f"training file {path} not found")
+    _check_training_file(path)
     table = read_table(path, max_train_samples)
     return Dataset.from_dict(table.rows), table.columns, table.skipped
 
