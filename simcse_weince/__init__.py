@@ -13,12 +13,12 @@ __version__ = "0.1.0"
 # Names are resolved on first use, so that `simcse-weince --help` does not wait for torch to import.
 _EXPORTS = {
     "WeinceConfig": "weince_config",
-    "TailStatistics": "weince",
+    "TailStatistics": "weince_tail",
     "weince_loss": "weince",
     "infonce_loss": "weince",
-    "tail_statistics": "weince",
-    "mixing_weights": "weince",
-    "summarize_statistics": "weince",
+    "tail_statistics": "weince_tail",
+    "mixing_weights": "weince_tail",
+    "summarize_statistics": "weince_tail",
     "weince_logits": "weince",
     "WeinceLoss": "losses",
     "InfoNCELoss": "losses",

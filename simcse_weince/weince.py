@@ -21,11 +21,19 @@ import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from simcse_weince.weince_config import GATES, WeinceConfig
+from simcse_weince.weince_tail import (
+    DIAGNOSTIC_KEYS,
+    TailStatistics,
+    mixing_weights,
+    shortfall_exponent,
+    statistics_dtype,
+    summarize_statistics,
+    tail_statistics,
+)
 
 __all__ = [
     "WeinceConfig",
@@ -37,6 +45,7 @@ __all__ = [
     "mixing_weights",
     "summarize_statistics",
     "weince_logits",
+    "DIAGNOSTIC_KEYS",
     "GEOMETRIES",
     "GATES",
 ]
@@ -46,23 +55,7 @@ GEOMETRIES = ("simcse", "simclr")
 _DEFAULT_CONFIG = WeinceConfig()
 
 
-@dataclass
-class TailStatistics:
-    """Per-anchor tail statistics (spec section 4); all detached, float32 or float64."""
-
-    rho: torch.Tensor  # shortfall 1 - s of the hardest negative, floored at eps
-    delta_aic: torch.Tensor  # AIC(Gumbel) - AIC(Weibull); positive favours the Weibull line
-    beta_hat: torch.Tensor  # Weibull slope of the tail, clamped below at 0
-    tail_points: torch.Tensor  # n, the number of points in the regressions
-    any_degenerate: bool  # some anchor had < 2 tail points after burn-in: rho_0 falls back to the median
-
-
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-def _statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
-    # Tail statistics and WEINCE logits never run in half precision: 1 - s loses every digit near 1.
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
 def _autocast_off(device_type: str):
@@ -87,7 +80,7 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
 
 def cosine_similarity_matrix(anchors: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
     """Cosine similarities ``anchors x candidates`` in float32 (float64 for float64 inputs), autocast off."""
-    dtype = _statistics_dtype(anchors, candidates)
+    dtype = statistics_dtype(anchors, candidates)
     with _autocast_off(anchors.device.type):
         return _normalize(anchors.to(dtype)) @ _normalize(candidates.to(dtype)).T
 
@@ -162,218 +155,34 @@ def raise_non_finite(anchors: torch.Tensor, candidates: torch.Tensor) -> None:
     raise ValueError("the contrastive loss is not finite although the embeddings are; please report this.")
 
 
-# ----------------------------------------------------------------------------------- tail statistics
-
-
-def _tail_size(num_negatives: int, config: WeinceConfig) -> int:
-    k = max(int(config.min_tail_points), round(config.tail_fraction * num_negatives))
-    k = min(k, num_negatives)
-    k = max(10, k)
-    return min(k, num_negatives)
-
-
-_PLOTTING_POSITIONS_CACHE: dict = {}
-
-
-def _link_targets(plotting_positions: torch.Tensor) -> torch.Tensor:
-    """The two regression targets of the tail (spec section 4), stacked on dim -2: the Weibull line ``log F`` and
-    the Gumbel line ``log(-log F)`` with its sign flipped, so that a tail of either type has a positive slope."""
-    log_f = plotting_positions.log()
-    return torch.stack([log_f, -(-log_f).log()], dim=-2)
-
-
-def _centred_link_targets(k: int, burn_in: int, dtype, device) -> torch.Tensor:
-    """:func:`_link_targets` of the tail ranks, centred, as a 2 x n tensor.
-
-    They depend only on the tail size, so they are computed once per (k, dtype, device).
-    """
-    key = (k, burn_in, dtype, device)
-    targets = _PLOTTING_POSITIONS_CACHE.get(key)
-    if targets is None:
-        ranks = torch.arange(burn_in + 1, k + 1, dtype=torch.float64)
-        targets = _link_targets(ranks / (k + 1))
-        targets = (targets - targets.mean(dim=1, keepdim=True)).to(dtype=dtype, device=device)
-        _PLOTTING_POSITIONS_CACHE[key] = targets
-    return targets
-
-
-def tail_statistics(
-    negative_similarities: torch.Tensor,
-    config: WeinceConfig | None = None,
-    *,
-    num_negatives: int | None = None,
-) -> TailStatistics:
-    """Per-anchor tail statistics of the hardest negatives (spec section 4), without gradient.
-
-    Args:
-        negative_similarities: ``A x K`` cosine similarities of each anchor to its negatives. Entries that
-            are not negatives (the positive, the anchor itself, padding) must be ``-inf``: they are left out.
-        config: a :class:`WeinceConfig` (tail_fraction, min_tail_points and eps are used).
-        num_negatives: when every row holds exactly this many finite entries, say so: the statistics then
-            take the fast path with no per-row counting (and no device synchronisation).
-
-    Returns:
-        :class:`TailStatistics` with ``rho``, ``delta_aic``, ``beta_hat`` (length A) in float32/float64.
-    """
-    config = config or _DEFAULT_CONFIG
-    if negative_similarities.dim() != 2 or negative_similarities.shape[1] < 1:
-        raise ValueError(
-            f"negative_similarities must be A x K with K >= 1, got shape {tuple(negative_similarities.shape)}"
-        )
-    sims = negative_similarities.detach()
-    sims = sims.to(_statistics_dtype(sims))
-    if num_negatives is None:
-        counts = torch.isfinite(sims).sum(dim=1).tolist()
-        if min(counts) < 1:
-            raise ValueError("every anchor needs at least one finite negative similarity")
-        if len(set(counts)) > 1:
-            return _masked_tail_statistics(sims, counts, config)
-        num_negatives = counts[0]
-    return _uniform_tail_statistics(sims, _tail_size(num_negatives, config), config.eps)
-
-
-def _fit_lines(log_shortfalls: torch.Tensor, centred_targets: torch.Tensor, weights=None):
-    """Least-squares lines of both targets on x = log shortfall, per anchor; returns slopes and SSEs (A x 2).
-
-    ``log_shortfalls`` is A x n; ``centred_targets`` is 2 x n (or A x 2 x n, already centred per anchor
-    under ``weights``). With weights (A x n of 0/1), only weighted points count.
-    """
-    if weights is None:
-        x_centred = log_shortfalls.sub_(log_shortfalls.mean(dim=1, keepdim=True))
-        sxx = torch.linalg.vecdot(x_centred, x_centred).clamp_min_(1e-12)  # A
-        slopes = torch.mm(x_centred, centred_targets.mT).div_(sxx.unsqueeze(1))  # A x 2
-        residuals = torch.addcmul(centred_targets, slopes.unsqueeze(2), x_centred.unsqueeze(1), value=-1)
-    else:
-        counts = weights.sum(dim=1, keepdim=True).clamp_min(1)
-        x_centred = (log_shortfalls - (log_shortfalls * weights).sum(dim=1, keepdim=True) / counts) * weights
-        sxx = (x_centred * x_centred).sum(dim=1).clamp_min(1e-12)
-        slopes = (centred_targets * x_centred[:, None, :]).sum(dim=2) / sxx[:, None]
-        residuals = (centred_targets - slopes[:, :, None] * x_centred[:, None, :]) * weights[:, None, :]
-    return slopes, torch.linalg.vecdot(residuals, residuals).clamp_min_(1e-12)
-
-
-def _aic_statistics(slopes, sse, n):
-    """Delta-AIC and beta_hat from the two fits (spec section 4, steps 4-5). ``n`` is a scalar or length A.
-
-    ``AIC = n log(SSE / n) + 4`` for both lines, so ``Delta-AIC = AIC_Gumbel - AIC_Weibull = n log(SSE_G / SSE_W)``.
-    A line with the wrong-signed slope does not describe the tail: its SSE gets the authors' 1e6 penalty.
-    """
-    log_sse = sse.add_(slopes <= 0, alpha=1e6).log_()
-    return (log_sse.select(1, 1) - log_sse.select(1, 0)).mul_(n), slopes.select(1, 0).clamp_min(0)
-
-
-def _hardest_shortfalls(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> torch.Tensor:
-    """Shortfalls ``max(1 - s, eps)`` of each row's k largest similarities, ascending (no gradient).
-
-    On the CPU this is numpy's introselect on the values, 2x faster than ``torch.topk`` (which sorts
-    (value, index) pairs), in place when ``overwrite`` allows it: on a CPU-sized batch this is WEINCE's largest
-    single cost over InfoNCE.
-    """
-    if sims.device.type != "cpu":
-        return torch.rsub(sims.topk(k, dim=1, largest=True, sorted=True).values, 1).clamp_min_(eps)
-    num_columns = sims.shape[1]
-    values = sims.numpy()
-    if overwrite:
-        values.partition(num_columns - k, axis=1)
-    else:
-        values = np.partition(values, num_columns - k, axis=1)
-    largest = values[:, num_columns - k :]
-    largest.sort(axis=1)
-    shortfalls = np.subtract(1.0, largest[:, ::-1])
-    return torch.from_numpy(np.maximum(shortfalls, eps, out=shortfalls))
-
-
-def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> TailStatistics:
-    shortfalls = _hardest_shortfalls(sims, k, eps, overwrite)
-    rho = shortfalls.select(1, 0)
-    burn_in = max(1, k // 20)
-    n = k - burn_in
-    if n < 2:  # the authors' fallback for degenerate tails
-        zeros = torch.zeros_like(rho)
-        return TailStatistics(rho, zeros, zeros.clone(), torch.full_like(rho, max(n, 0)), True)
-    targets = _centred_link_targets(k, burn_in, sims.dtype, sims.device)
-    slopes, sse = _fit_lines(shortfalls.narrow(1, burn_in, n).log(), targets)
-    delta_aic, beta_hat = _aic_statistics(slopes, sse, float(n))
-    return TailStatistics(rho, delta_aic, beta_hat, torch.full_like(rho, n), False)
-
-
-def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], config: WeinceConfig):
-    """Tail statistics when anchors have different numbers of valid negatives (padding excluded)."""
-    tail_sizes = torch.tensor([_tail_size(c, config) for c in counts], device=sims.device)
-    k_max = int(tail_sizes.max())
-    hardest_shortfalls = _hardest_shortfalls(sims, k_max, config.eps)
-    ranks = torch.arange(1, k_max + 1, device=sims.device, dtype=sims.dtype)[None, :]  # 1 x k_max
-    k = tail_sizes.to(sims.dtype)[:, None]
-    burn_in = (tail_sizes // 20).clamp_min(1).to(sims.dtype)[:, None]
-    weights = ((ranks > burn_in) & (ranks <= k)).to(sims.dtype)
-    n = weights.sum(dim=1)
-    shortfalls = torch.where(ranks <= k, hardest_shortfalls, torch.ones_like(hardest_shortfalls))
-    rho = shortfalls[:, 0]
-    plotting_positions = torch.where(ranks <= k, ranks / (k + 1), torch.full_like(ranks * k, 0.5))
-    targets = _link_targets(plotting_positions)  # A x 2 x k_max
-    w = weights[:, None, :]
-    targets = (targets - (targets * w).sum(dim=2, keepdim=True) / n.clamp_min(1)[:, None, None]) * w
-    slopes, sse = _fit_lines(shortfalls.log(), targets, weights)
-    delta_aic, beta_hat = _aic_statistics(slopes, sse, n.clamp_min(1))
-    degenerate = n < 2
-    delta_aic = delta_aic.masked_fill(degenerate, 0.0)
-    beta_hat = beta_hat.masked_fill(degenerate, 0.0)
-    return TailStatistics(rho, delta_aic, beta_hat, n, bool(degenerate.any()))
-
-
-def mixing_weights(stats: TailStatistics, config: WeinceConfig | None = None):
-    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5).
-
-    Returns ``(mixing_weight, rho0)``.
-    """
-    config = config or _DEFAULT_CONFIG
-    rho = stats.rho
-    # the authors' fallback for degenerate tails is the lower median
-    rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(config.quantile * (rho.numel() - 1))
-    rho0 = rho.kthvalue(rank + 1).values
-    lambda_rho = torch.div(rho0, rho).log_().mul_(config.kappa_rho).sigmoid_()  # sigmoid(kappa log(rho0 / rho))
-    if config.gate == "rho":
-        return lambda_rho, rho0
-    lambda_aic = stats.delta_aic.sub(config.aic_margin).mul_(config.kappa_aic).sigmoid_()
-    if config.gate == "aic":
-        return lambda_aic, rho0
-    return lambda_rho.mul_(lambda_aic), rho0
-
-
-def _shortfall_exponent(stats: TailStatistics, config: WeinceConfig) -> torch.Tensor:
-    if config.beta == "estimated":
-        return stats.beta_hat.clamp(config.beta_min, config.beta_max)
-    return torch.full_like(stats.beta_hat, float(config.beta))
+# ------------------------------------------------------------------------------------------ the logit
 
 
 def weince_logits(similarities, mixing_weight, beta, temperature: float, eps: float = 1e-6):
     """``(1 - lambda_i) s_ij / tau + lambda_i beta_i (-log(1 - min(s_ij, 1 - eps)))`` for a similarity matrix.
 
     ``mixing_weight`` and ``beta`` are per-row (length A) and treated as constants (detach them first).
+    Differentiable by autograd; :func:`weince_loss` computes the same logits with a closed-form backward.
     """
-    # -log(max(1 - s, eps)) == -log(1 - min(s, 1 - eps)); written this way because 1 - eps is not
-    # representable in float32 next to 1.
-    log_shortfall = torch.log((1 - similarities).clamp_min(eps))
-    infonce_scale = ((1 - mixing_weight) / temperature)[:, None]
-    shortfall_scale = (-mixing_weight * beta)[:, None]
-    return torch.addcmul(similarities * infonce_scale, shortfall_scale, log_shortfall)
+    scales = _logit_scales(mixing_weight, beta, float(temperature), similarities.dtype)
+    return _blended_logits(similarities, *scales, eps)[0]
 
 
-DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
+def _logit_scales(mixing_weight, beta, temperature: float, dtype):
+    """The two per-row factors of the logit as A x 1 columns: ``(1 - lambda) / tau`` and ``lambda beta``."""
+    infonce_scale = torch.rsub(mixing_weight, 1).div_(temperature).to(dtype).unsqueeze(1)
+    return infonce_scale, torch.mul(mixing_weight, beta).to(dtype).unsqueeze(1)
 
 
-def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The per-step diagnostics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
-    share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
-    weight = stats["mixing_weight"]
-    values = (
-        weight.mean(),
-        (weight > 0.5).float().mean(),
-        stats["rho0"],
-        stats["delta_aic"].mean(),
-        stats["beta_hat"].mean(),
-    )
-    return dict(zip(DIAGNOSTIC_KEYS, values))  # the names of every log, defined once
+def _blended_logits(sims, infonce_scale, shortfall_scale, eps: float):
+    """The WEINCE logit (the one place it is written), and the shortfalls ``1 - s`` as a fresh tensor.
+
+    ``-log(max(1 - s, eps))`` is ``-log(1 - min(s, 1 - eps))``, written this way because 1 - eps is not
+    representable in float32 next to 1. In place on fresh temporaries only, so autograd can differentiate it.
+    """
+    shortfall = torch.rsub(sims, 1)
+    logits = torch.clamp_min(shortfall, eps).log_().mul_(-shortfall_scale).addcmul_(sims, infonce_scale)
+    return logits, shortfall
 
 
 # ------------------------------------------------------------------------------------------ the losses
@@ -490,8 +299,7 @@ def _batch_statistics(precise_sims, layout: _Layout, config: WeinceConfig) -> Ta
     with torch.no_grad():  # in place: the float64 matrix serves nothing else
         for offset in layout.not_negative_diagonals:
             precise_sims.diagonal(offset).fill_(float("-inf"))
-        k = _tail_size(layout.num_negatives, config)
-        return _uniform_tail_statistics(precise_sims, k, config.eps, overwrite=True)
+        return tail_statistics(precise_sims, config, num_negatives=layout.num_negatives, overwrite=True)
 
 
 class _WeinceCrossEntropy(torch.autograd.Function):
@@ -501,15 +309,14 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     1 - s is floored at eps), so the gradient is ``(softmax - one-hot) * slope / A``. Autograd through
     :func:`weince_logits` would keep half a dozen A x C intermediates and make a dozen passes over them; this keeps
     the log-probabilities and the slope, and the backward makes three passes: with the float64 similarities and
-    the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE on a CPU (``scripts/bench_loss.py``).
+    the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE on a CPU (``scripts/benchmarks/bench_loss.py``).
     ``infonce_scale`` = (1 - lambda) / tau and ``shortfall_scale`` = lambda beta are A x 1 columns.
     It computes :func:`weince_logits` followed by ``F.cross_entropy`` (a test compares both passes with autograd's).
     """
 
     @staticmethod
     def forward(ctx, sims, infonce_scale, shortfall_scale, layout: _Layout, eps: float, bias=None):
-        shortfall = torch.rsub(sims, 1)
-        logits = torch.clamp_min(shortfall, eps).log_().mul_(-shortfall_scale).addcmul_(sims, infonce_scale)
+        logits, shortfall = _blended_logits(sims, infonce_scale, shortfall_scale, eps)
         if bias is not None:  # hardness weighting: a constant added to the logits, outside the slope
             logits.add_(bias)
         # d logit / d s, in place on the shortfalls; where 1 - s is floored at eps the shortfall term is constant:
@@ -595,7 +402,7 @@ def weince_loss(
     _validate_embeddings(anchors, candidates, geometry, temperature)
     _check_hardness_strength(hardness_strength)
     temperature = float(temperature)
-    compute_dtype = _statistics_dtype(anchors, candidates)
+    compute_dtype = statistics_dtype(anchors, candidates)
     sims, precise_sims = _PreciseCosineSimilarity.apply(anchors, candidates, geometry == "simclr", compute_dtype)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
     stats = _batch_statistics(precise_sims, layout, config)
@@ -608,9 +415,8 @@ def weince_loss(
                     f"mixing_weight must be in [0, 1] (0: InfoNCE, 1: the shortfall logit alone), got "
                     f"{_summarize_bad_weight(weight)}"
                 )
-        beta = _shortfall_exponent(stats, config)
-        infonce_scale = torch.rsub(weight, 1).div_(temperature).to(compute_dtype).unsqueeze(1)
-        shortfall_scale = torch.mul(weight, beta).to(compute_dtype).unsqueeze(1)
+        beta = shortfall_exponent(stats, config)
+        infonce_scale, shortfall_scale = _logit_scales(weight, beta, temperature, compute_dtype)
         # a constant of the logits (no gradient through it), so the closed-form backward's slope is unchanged
         hardness_bias = _hardness_bias(sims, hardness_strength, geometry, layout) if hardness_strength else None
     with _autocast_off(sims.device.type):

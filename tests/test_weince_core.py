@@ -288,7 +288,7 @@ def test_padding_is_excluded_from_the_tail():
 def test_hardest_shortfalls_are_the_sorted_top_k(dtype):
     """The top-k behind the tail statistics (numpy's partition on the CPU) against a full sort, with ties,
     padding, a cosine above 1 (rounding) and the input left untouched unless it may be overwritten."""
-    from simcse_weince.weince import _hardest_shortfalls
+    from simcse_weince.weince_tail import _hardest_shortfalls
 
     generator = torch.Generator().manual_seed(3)
     sims = (torch.rand(16, 100, generator=generator, dtype=dtype) * 2 - 1).round(decimals=2)  # many ties

@@ -39,6 +39,7 @@ class Mutation:
 
 
 CORE, TRAIN, LOOP = "simcse_weince/weince.py", "simcse_weince/text/train.py", "simcse_weince/training/loop.py"
+TAIL = "simcse_weince/weince_tail.py"
 COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
@@ -50,7 +51,7 @@ BRUTE = ("tests/test_weince_bruteforce.py",)
 MUTATIONS = (
     # ---- the functional core
     Mutation(
-        "core: gate='rho' and gate='aic' swapped", CORE,
+        "core: gate='rho' and gate='aic' swapped", TAIL,
         (('gate == "rho":\n        return lambda_rho', 'gate == "aic":\n        return lambda_rho'),
          ('gate == "aic":\n        return lambda_aic', 'gate == "rho":\n        return lambda_aic')),
         HAND, "issue 13: test_gates only checked both == rho * aic",
@@ -61,32 +62,32 @@ MUTATIONS = (
         BRUTE, "issue 13: every core, reference and loss test passed with it",
     ),
     Mutation(
-        "core: burn-in of 0 points", CORE,
-        (("burn_in = max(1, k // 20)\n    n = k - burn_in", "burn_in = max(0, k // 20)\n    n = k - burn_in"),),
+        "core: burn-in of 0 points", TAIL,
+        (("return max(1, tail_size // 20)", "return max(0, tail_size // 20)"),),
         BRUTE, "spec section 4 step 3",
     ),
     Mutation(
-        "core: plotting positions r / k instead of r / (k + 1)", CORE,
+        "core: plotting positions r / k instead of r / (k + 1)", TAIL,
         (("targets = _link_targets(ranks / (k + 1))", "targets = _link_targets(ranks / k)"),),
         BRUTE, "spec section 4 step 3",
     ),
     Mutation(
-        "core: rho_0 index truncated instead of rounded", CORE,
+        "core: rho_0 index truncated instead of rounded", TAIL,
         (("round(config.quantile * (rho.numel() - 1))", "int(config.quantile * (rho.numel() - 1))"),),
         HAND, "spec section 5",
     ),
     Mutation(
-        "core: estimated beta not clamped above", CORE,
+        "core: estimated beta not clamped above", TAIL,
         (("stats.beta_hat.clamp(config.beta_min, config.beta_max)", "stats.beta_hat.clamp(config.beta_min)"),),
         BRUTE, "spec section 3: beta-hat clamped to [0.5, 16]",
     ),
     Mutation(
-        "core: share of lambda > 0.5 counts lambda = 0.5", CORE,
+        "core: share of lambda > 0.5 counts lambda = 0.5", TAIL,
         (("        (weight > 0.5).float().mean(),", "        (weight >= 0.5).float().mean(),"),),
         HAND, "summarize_statistics values were never checked",
     ),
     Mutation(
-        "core: mean beta reported instead of mean beta-hat", CORE,
+        "core: mean beta reported instead of mean beta-hat", TAIL,
         (('        stats["beta_hat"].mean(),\n', '        stats["beta"].mean(),\n'),),
         HAND, "summarize_statistics values were never checked",
     ),
@@ -357,6 +358,33 @@ MUTATIONS = (
         (('    for candidate in candidates:\n        check_regular_file(candidate, "training file")\n', ""),),
         ("tests/test_bad_inputs.py", "-k", "fifo-train or socket-train or directory-train"),
         "issue 24.5: the message must say what the path is",
+    ),
+    # ---- issue 25: supervised training files; issue 23: one logit, lazy exports
+    Mutation(
+        "columns: a header's positions looked up with the spaces the check stripped", "simcse_weince/text/columns.py",
+        (("order = [[name.strip() for name in header].index(name) if", "order = [header.index(name) if"),),
+        ("tests/test_supervised.py", "-k", "header_names"), "'sent1 , sent0' once failed with 'sent1' not in list",
+    ),
+    Mutation(
+        "columns: the file's column order taken for the roles", "simcse_weince/text/columns.py",
+        (("            return naming[: len(names)]", "            return tuple(names)"),),
+        ("tests/test_supervised.py", "-k", "header_names"), "sent1 before sent0 must not make sent1 the anchor",
+    ),
+    Mutation(
+        "lazy exports: the submodule of the same name is handed out", "simcse_weince/_lazy.py",
+        (("            namespace[name] = value\n            return value", "            return importlib.import_module(f\"{package}.{exports[name]}\")"),),  # noqa: E501
+        ("tests/test_train.py", "-k", "documented_imports"), "from simcse_weince.text import train gave the module",
+    ),
+    Mutation(
+        "core: the logit's shortfall term with the wrong sign", CORE,
+        (("log_().mul_(-shortfall_scale)", "log_().mul_(shortfall_scale)"),),
+        ("tests/test_weince_reference.py",), "issue 23: the logit is written once; the authors' numbers check it",
+    ),
+    Mutation(
+        "core: the closed-form slope misses the shortfall term", CORE,
+        (("slope = torch.addcdiv(infonce_scale, shortfall_scale, shortfall, out=shortfall)",
+          "slope = infonce_scale.expand_as(shortfall)"),),
+        ("tests/test_weince_core.py", "-k", "hand_written_backward"), "the closed form against autograd's",
     ),
 )
 
