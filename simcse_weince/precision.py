@@ -51,8 +51,13 @@ def native_bf16(device_type: str) -> bool:
         except TypeError:  # torch without the including_emulation argument
             return bool(torch.cuda.is_bf16_supported())
     if device_type == "cpu":
-        return _cpu_feature("_is_avx512_bf16_supported") or _cpu_feature("_is_amx_tile_supported")
+        return _cpu_feature("_is_avx512_bf16_supported") or amx_tiles()
     return False
+
+
+def amx_tiles() -> bool:
+    """True on a CPU with AMX tiles (Intel Sapphire Rapids and later), whose bf16 matmuls are fastest."""
+    return _cpu_feature("_is_amx_tile_supported")
 
 
 def resolve_mixed_precision(requested: str, device_type: str) -> str:

@@ -112,12 +112,20 @@ def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(min
             assert diagnostics[name].item() == pytest.approx(statistic.item(), rel=1e-4, abs=1e-5), (options, name)
 
 
-def test_length_chunks_are_validated_and_default_to_chunks_in_fp32_only():
-    # auto: chunks pay in fp32; under bf16 (measured on a CPU with AMX, issue 26) one padded forward is faster
+@pytest.mark.parametrize("amx", [True, False])
+def test_length_chunks_are_validated_and_auto_follows_precision_and_cpu(monkeypatch, amx):
+    # auto (issue 26, bench_train.py): chunks pay in fp32 everywhere and under bf16 on a CPU without AMX; on a CPU
+    # with AMX tiles, and on an accelerator, one padded forward under bf16/fp16
+    from simcse_weince import precision
+
+    monkeypatch.setattr(precision, "_cpu_feature", lambda name: amx if name == "_is_amx_tile_supported" else True)
+    assert precision.amx_tiles() is amx
     assert preset("cpu-demo").length_chunks == "auto"
-    assert resolve_length_chunks("auto", "no") > 1
-    assert resolve_length_chunks("auto", "bf16") == resolve_length_chunks("auto", "fp16") == 1
-    assert resolve_length_chunks(3, "bf16") == 3  # an explicit number is kept in any precision
+    chunks = resolve_length_chunks("auto", "no")
+    assert chunks > 1 and resolve_length_chunks("auto", "no", "cuda") == chunks
+    assert resolve_length_chunks("auto", "bf16") == (1 if amx else chunks)
+    assert resolve_length_chunks("auto", "bf16", "cuda") == resolve_length_chunks("auto", "fp16", "cuda") == 1
+    assert resolve_length_chunks(3, "bf16") == resolve_length_chunks(3, "bf16", "cuda") == 3  # explicit: kept
     with pytest.raises(ValueError, match="length_chunks must be >= 1"):
         preset("cpu-demo", length_chunks=0)
     with pytest.raises(ValueError, match="length_chunks must be an integer or 'auto'"):

@@ -69,7 +69,8 @@ class TrainConfig:
     num_epochs: int = 1
     max_steps: int | None = None  # optimizer updates; overrides num_epochs (may span several epochs)
     mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16; see precision.py
-    # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: AUTO_LENGTH_CHUNKS
+    # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: 4, except 1 under
+    # bf16 on a CPU with AMX or on a GPU (resolve_length_chunks)
     length_chunks: int | Literal["auto"] = "auto"
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
@@ -175,16 +176,25 @@ class TrainConfig:
         return values
 
 
-#: ``length_chunks: auto`` by the precision trained in. fp32: 4 chunks, 1.27x the sentences/s of one padded
-#: forward on 2 CPU cores (docs/training.md). bf16 (native, on a Xeon with AMX; issue 26): 1 chunk, 52.2 / 55.2
-#: against 51.0 / 50.9 sentences/s with 4 (two interleaved rounds): there the per-op cost of four smaller
-#: forwards outweighs the padding saved.
-AUTO_LENGTH_CHUNKS = {"no": 4, "bf16": 1, "fp16": 1}
+#: ``length_chunks: auto``: 4 length-sorted chunks, except one padded forward under bf16/fp16 where four smaller
+#: forwards do not pay. Measured with ``scripts/benchmarks/bench_train.py`` (sentences/s, docs/performance.md):
+#: fp32, 2 CPU cores: 4 chunks 1.23-1.27x one padded forward (AMD EPYC, 2026-12-02; docs/training.md); bf16 on a
+#: Xeon with AMX (issue 26): 1 chunk 52.2 / 55.2 against 51.0 / 50.9 with 4, so 1; bf16 on an AMD EPYC with
+#: AVX512-BF16 and no AMX: 4 chunks 95.3 against 79.3 with 1 (3 rounds, 1.20x), so 4. On an accelerator under
+#: bf16/fp16 (not measured) one forward, as before.
+AUTO_LENGTH_CHUNKS = 4
 
 
-def resolve_length_chunks(length_chunks: int | str, mixed_precision: str) -> int:
-    """The number of length-sorted chunks a run encodes each batch in (``mixed_precision``: the one used)."""
-    return AUTO_LENGTH_CHUNKS[mixed_precision] if length_chunks == "auto" else int(length_chunks)
+def resolve_length_chunks(length_chunks: int | str, mixed_precision: str, device_type: str = "cpu") -> int:
+    """The number of length-sorted chunks a run encodes each batch in (``mixed_precision``: the one used, on a
+    device of ``device_type``); an explicit number is kept as it is."""
+    if length_chunks != "auto":
+        return int(length_chunks)
+    if mixed_precision == "no":
+        return AUTO_LENGTH_CHUNKS
+    from simcse_weince.precision import amx_tiles
+
+    return AUTO_LENGTH_CHUNKS if device_type == "cpu" and not amx_tiles() else 1
 
 
 #: presets are overrides of the defaults (which are SimCSE's paper recipe)

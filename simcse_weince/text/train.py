@@ -84,7 +84,9 @@ class TextTask:
 
     def check(self, run: TrainingRun) -> None:
         self.not_applied = not_applied_settings(self.config, run.tensorboard_dropped)
-        self.length_chunks = resolve_length_chunks(self.config.length_chunks, run.mixed_precision)  # auto: by precision
+        self.length_chunks = resolve_length_chunks(  # auto: by precision and CPU
+            self.config.length_chunks, run.mixed_precision, run.accelerator.device.type
+        )
 
     def build(self, run: TrainingRun):
         config, accelerator = self.config, run.accelerator
