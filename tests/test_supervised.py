@@ -246,6 +246,8 @@ MALFORMED = [
      "line 2: the object has no 'positive'"),
     ("not-json.jsonl", '{"anchor": "a", "positive": "b"}\n{anchor: c}\n', "line 2: not JSON"),
     ("number.jsonl", '{"anchor": "a", "positive": 3}\n', "column 'positive' holds int 3, not text"),
+    # rows are counted as what they are (the message once said "sentences" for a table)
+    ("too-few.csv", GOOD, "hold 2 triplets (sent0,sent1,hard_neg), fewer than one batch of 16"),
 ]  # fmt: skip
 
 

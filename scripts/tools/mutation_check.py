@@ -202,9 +202,14 @@ MUTATIONS = (
     ),
     Mutation(
         "precision: auto picks bf16 on any CPU (emulated bf16 is ~25x slower)", "simcse_weince/precision.py",
-        (('return _cpu_feature("_is_avx512_bf16_supported") or _cpu_feature("_is_amx_tile_supported")',
-          "return True"),),
+        (('return _cpu_feature("_is_avx512_bf16_supported") or amx_tiles()', "return True"),),
         ("tests/test_precision.py", "-k", "cpu_features"), "auto must follow the CPU's native bf16 support",
+    ),
+    Mutation(
+        "length chunks: auto keeps 4 chunks under bf16 on a CPU with AMX", "simcse_weince/text/config.py",
+        (("return AUTO_LENGTH_CHUNKS if device_type == \"cpu\" and not amx_tiles() else 1",
+          "return AUTO_LENGTH_CHUNKS if device_type == \"cpu\" else 1"),),
+        ("tests/test_length_chunks.py", "-k", "auto_follows"), "issue 26: one padded forward pays under AMX bf16",
     ),
     Mutation(
         "core: the hardness weighting also weighs the anchor's own hard negatives", CORE,

@@ -122,5 +122,5 @@ def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
     seconds = summary.get("cell_wall_time_seconds")
     commit = (summary.get("git_commit") or "unknown")[:7]
     lines += ["", f"{len(summary['runs'])} runs at commit `{commit}`"
-              + (f"; their training wall times add up to {seconds / 3600:.2f} h." if seconds else ".")]  # fmt: skip
+              + (f"; their wall times (whole runs) add up to {seconds / 3600:.2f} h." if seconds else ".")]  # fmt: skip
     return "\n".join(lines) + "\n"

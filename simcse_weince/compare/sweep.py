@@ -80,7 +80,8 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
         "base_config": base.to_dict(),
         "git_commit": git_commit(),  # the summarising checkout's; each run has its training_commit
         "wall_time_seconds": time.perf_counter() - start,
-        # the cells' own training wall times added up: the grid's cost, also when it ran over several calls
+        # the cells' own wall times (each a whole run, from set-up to card) added up: the grid's cost, also when
+        # it ran over several calls
         "cell_wall_time_seconds": cell_seconds,
     }
     summary["curves"] = {f"{name}/seed-{seed}": points for (name, seed), points in curves.items()}

@@ -94,7 +94,7 @@ class TextTask:
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
-        total_steps = _total_steps(config, len(self.tokenized))
+        total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
         self.accelerator, self.unwrapped = accelerator, accelerator.unwrap_model(self.model)
@@ -278,16 +278,15 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
     return model, tokenize(rows, model.tokenizer, config.max_length, columns), columns, skipped
 
 
-def _total_steps(config: TrainConfig, num_sentences: int) -> int:
-    batches_per_epoch = num_sentences // config.batch_size
+def _total_steps(config: TrainConfig, num_rows: int, columns: tuple[str, ...]) -> int:
+    what = _describe_rows(columns)  # a row is a sentence, or a pair or triplet of a table: say which
+    batches_per_epoch = num_rows // config.batch_size
     if batches_per_epoch == 0:
-        raise ValueError(
-            f"the training data hold {num_sentences} sentences, fewer than one batch of {config.batch_size}"
-        )
+        raise ValueError(f"the training data hold {num_rows} {what}, fewer than one batch of {config.batch_size}")
     total_steps = config.max_steps or config.num_epochs * (batches_per_epoch // config.gradient_accumulation_steps)
     if total_steps < 1:
         raise ValueError(
-            f"{num_sentences} sentences make {batches_per_epoch} batches of {config.batch_size}: not one update "
+            f"{num_rows} {what} make {batches_per_epoch} batches of {config.batch_size}: not one update "
             f"with gradient_accumulation_steps={config.gradient_accumulation_steps}"
         )
     return total_steps
