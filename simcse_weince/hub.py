@@ -95,8 +95,11 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         config=config,
         # the precision the run trained in (results.json); config.mixed_precision may say "auto"
         training_precision=precision_label(results.get("mixed_precision", config["mixed_precision"])),
-        **{key: value for key, value in results.items()
-           if key not in ("config", "sts_table", "evaluation_pooler", "train_columns", "num_train_rows")},  # fmt: skip
+        **{
+            key: value
+            for key, value in results.items()
+            if key not in ("config", "sts_table", "evaluation_pooler", "train_columns", "num_train_rows")
+        },  # fmt: skip
     ).content
 
 

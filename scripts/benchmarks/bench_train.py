@@ -202,8 +202,12 @@ def main() -> None:
         ("ours / sentence-transformers, both fp32", "ours fp32", "st fp32", 1.5),
         (f"ours / sentence-transformers, both bf16 (ours: {ours_bf16}, auto's)", ours_bf16, "st bf16", 1.3),
         (f"length-sorted chunks alone (fp32, {fp32_chunks} chunks vs 1)", "ours fp32", "ours fp32 padded", None),
-        (f"length-sorted chunks alone (bf16, {fp32_chunks} chunks vs 1)", "ours bf16 chunked", "ours bf16 padded",
-         None),  # fmt: skip
+        (
+            f"length-sorted chunks alone (bf16, {fp32_chunks} chunks vs 1)",
+            "ours bf16 chunked",
+            "ours bf16 padded",
+            None,
+        ),  # fmt: skip
         ("bf16 alone (ours, bf16 vs fp32, auto's chunks)", ours_bf16, "ours fp32", None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
     ]

@@ -15,8 +15,16 @@ import argparse
 import shutil
 from pathlib import Path
 
-SWEEP_FILES = ("comparison.json", "comparison.md", "comparison.png", "comparison_lambda.png", "budget.json",
-               "negatives.json", "negatives.md", "negatives.png")  # Study 2's analyses too
+SWEEP_FILES = (
+    "comparison.json",
+    "comparison.md",
+    "comparison.png",
+    "comparison_lambda.png",
+    "budget.json",
+    "negatives.json",
+    "negatives.md",
+    "negatives.png",
+)  # Study 2's analyses too
 CELL_FILES = ("results.json", "training_config.yaml")
 
 

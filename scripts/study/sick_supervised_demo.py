@@ -84,14 +84,18 @@ def main(argv=None) -> None:
             eval_before_training=False, final_tasks=(), output_dir=str(output_dir / name),
         )  # fmt: skip
         results = train(config, overwrite=True)
-        report["runs"][name] = {key: results[key] for key in ("num_train_rows", "stsb_dev_spearman",
-                                                              "stsb_test_spearman", "best_step", "total_steps")}
+        report["runs"][name] = {
+            key: results[key]
+            for key in ("num_train_rows", "stsb_dev_spearman", "stsb_test_spearman", "best_step", "total_steps")
+        }
     (output_dir / "demo.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     base = report["base_cls"]
     print(f"MiniLM [CLS], untrained: STS-B dev {base['dev']:.2f}, test {base['test']:.2f}")
     for name, run in report["runs"].items():
-        print(f"{name}: {run['num_train_rows']} rows, STS-B dev {run['stsb_dev_spearman']:.2f}, "
-              f"test {run['stsb_test_spearman']:.2f} (best step {run['best_step']} of {run['total_steps']})")
+        print(
+            f"{name}: {run['num_train_rows']} rows, STS-B dev {run['stsb_dev_spearman']:.2f}, "
+            f"test {run['stsb_test_spearman']:.2f} (best step {run['best_step']} of {run['total_steps']})"
+        )
 
 
 if __name__ == "__main__":

@@ -159,4 +159,3 @@ class PaddingCollator:
             batch[name] = pad_sequence([torch.tensor(value) for value in values], batch_first=True,
                                        padding_value=padding)  # fmt: skip
         return batch
-
