@@ -47,7 +47,9 @@ def steady_rate(step_end_times: list[float], warmup: int, batch_size: int) -> fl
     return timed_steps * batch_size / (step_end_times[-1] - step_end_times[warmup - 1])
 
 
-def run_ours(model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int) -> float:
+def run_ours(
+    model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int, compile=False
+) -> float:
     from simcse_weince.text.config import preset
     from simcse_weince.text.train import train
 
@@ -68,6 +70,7 @@ def run_ours(model: str, sentences_file: Path, args, workdir: Path, mixed_precis
         seed=args.seed,
         mixed_precision=mixed_precision,
         length_chunks=length_chunks,
+        compile=compile,
         output_dir=str(workdir / "ours"),
     )
     results = train(config, overwrite=True)
@@ -137,6 +140,11 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="folder with wiki1m_head.txt ($SIMCSE_WEINCE_DATA_DIR)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also run ours under bf16 with --compile (the compilation falls in the warm-up: use --warmup >= 2)",
+    )
+    parser.add_argument(
         "--bf16",
         choices=("native", "always", "never"),
         default="native",
@@ -176,6 +184,11 @@ def main() -> None:
         "ours bf16 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", 1),
         "ours bf16 chunked": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", fp32_chunks),
     }
+    if args.compile:  # auto's bf16 configuration with the encoder compiled (its compilation in the warm-up steps)
+        runs["ours bf16 compiled"] = lambda: run_ours(
+            args.model, sentences_file, args, workdir, "bf16", 1 if ours_bf16 == "ours bf16 padded" else fp32_chunks,
+            compile=True,
+        )  # fmt: skip
     if args.bf16 == "never" or (args.bf16 == "native" and auto != "bf16"):
         # emulated bf16 (no AVX512-BF16 / AMX) runs many times slower than fp32: nobody would train that way
         print(f"bf16 is not native on this CPU (--mixed-precision auto -> {auto}): bf16 configurations skipped")
@@ -209,6 +222,8 @@ def main() -> None:
             None,
         ),  # fmt: skip
         ("bf16 alone (ours, bf16 vs fp32, auto's chunks)", ours_bf16, "ours fp32", None),
+        ("ours compiled / sentence-transformers, both bf16 (steady state)", "ours bf16 compiled", "st bf16", 1.3),
+        ("compile alone (ours bf16, steady state)", "ours bf16 compiled", ours_bf16, None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
     ]
     print(f"\nmedians over {args.rounds} interleaved rounds (sentences/s):")

@@ -214,6 +214,12 @@ MUTATIONS = (
         ("tests/test_length_chunks.py", "-k", "auto_follows"), "issue 26: one padded forward pays under AMX bf16",
     ),
     Mutation(
+        "compile: --compile leaves the encoder eager", TRAIN,
+        (("        if config.compile:\n            model.compile_training_forward()",
+          "        if False:\n            pass"),),
+        ("tests/test_compile.py",), "issue 26: the flag must really compile",
+    ),
+    Mutation(
         "core: the hardness weighting also weighs the anchor's own hard negatives", CORE,
         (("    return columns[None, :] != layout.rows[:, None]", "    return columns[None, :] >= 0"),),
         ("tests/test_infonce_hardness.py",), "sentence-transformers' in_batch_negatives mode excludes them",

@@ -72,6 +72,9 @@ class TrainConfig:
     # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: 4, except 1 under
     # bf16 on a CPU with AMX or on a GPU (resolve_length_chunks)
     length_chunks: int | Literal["auto"] = "auto"
+    # torch.compile the encoder's training forward (inductor, dynamic shapes): off by default. On 2 CPU cores it
+    # cost ~3 min of compilation and gained 1.27x a step under bf16, nothing in fp32 (docs/performance.md)
+    compile: bool = False
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
     # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)
@@ -118,6 +121,10 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.compile and self.mini_batch_size:
+            # GradCache replays each chunk's dropout masks from a saved RNG state; compiled random ops are not
+            # tested to replay the same masks
+            raise ValueError("compile is not supported with mini_batch_size (GradCache); use one or the other")
         if self.length_chunks != "auto" and self.length_chunks < 1:
             raise ValueError(f"length_chunks must be >= 1 (or auto), got {self.length_chunks}")
         if self.save_total_limit < 1:  # 0 would keep no checkpoint to resume from; there is save_steps=0 for that

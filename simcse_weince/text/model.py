@@ -87,6 +87,22 @@ class SimCSEModel(nn.Module):
         bert_pooler = getattr(encoder, "pooler", None)
         if isinstance(bert_pooler, nn.Module):
             bert_pooler.requires_grad_(False)
+        # the encoder's training forward, compiled by compile_training_forward(); a plain attribute, not a module,
+        # so that the state dict (checkpoints, export) keeps the encoder's own keys
+        self._training_forward = None
+
+    def compile_training_forward(self) -> None:
+        """``torch.compile`` the encoder's forward for training (inductor, dynamic shapes, so the length chunks'
+        varying lengths do not recompile); evaluation (``encode``, eval mode) stays eager, so it compiles nothing
+        more. The weights are shared: checkpoints and the export are unchanged."""
+        import torch
+
+        self._training_forward = torch.compile(self.encoder.forward, dynamic=True)
+
+    def _encoder_forward(self, **inputs):
+        if self.training and self._training_forward is not None:
+            return self._training_forward(**inputs)
+        return self.encoder(**inputs)
 
     @classmethod
     def from_pretrained(
@@ -182,7 +198,7 @@ class SimCSEModel(nn.Module):
         if length_chunks > 1 and len(input_ids) * num_views > 1:
             embeddings = self._encode_length_sorted(inputs, length_chunks)
         else:
-            hidden = self.encoder(**inputs).last_hidden_state
+            hidden = self._encoder_forward(**inputs).last_hidden_state
             embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
         return embeddings.chunk(num_views) if num_views > 1 else embeddings
 
@@ -192,7 +208,7 @@ class SimCSEModel(nn.Module):
         pooled = []
         for rows in torch.tensor_split(order, min(length_chunks, len(order))):
             chunk = trim_trailing_padding({name: value[rows] for name, value in inputs.items()})
-            hidden = self.encoder(**chunk).last_hidden_state
+            hidden = self._encoder_forward(**chunk).last_hidden_state
             pooled.append(self.pool(hidden, chunk["attention_mask"], self.pooler))
         # back to the input order: row order[i] of the input is row i of the sorted embeddings
         return torch.cat(pooled).index_select(0, torch.argsort(order))

@@ -94,6 +94,8 @@ class TextTask:
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
+        if config.compile:
+            model.compile_training_forward()
         total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
