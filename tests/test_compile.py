@@ -58,6 +58,7 @@ def test_compiled_training_equals_eager_and_exports_the_same_names(tiny_model, t
     assert set(compiled_weights) == set(eager_weights) and not any("_orig_mod" in name for name in compiled_weights)
     for name, value in eager_weights.items():
         torch.testing.assert_close(compiled_weights[name], value, atol=1e-4, rtol=1e-3)
+
     def checkpoint_names(run_dir) -> set[str]:
         files = sorted(run_dir.glob("checkpoints/*/*.safetensors"))
         assert files, f"no checkpoint weights in {run_dir}"
