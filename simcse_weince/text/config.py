@@ -72,8 +72,8 @@ class TrainConfig:
     # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: 4, except 1 under
     # bf16 on a CPU with AMX or on a GPU (resolve_length_chunks)
     length_chunks: int | Literal["auto"] = "auto"
-    # torch.compile the encoder's training forward (inductor, dynamic shapes): off by default. On 2 CPU cores it
-    # cost ~3 min of compilation and gained 1.27x a step under bf16, nothing in fp32 (docs/performance.md)
+    # torch.compile the encoder's training forward (inductor, dynamic shapes), as the HF Trainer's torch_compile:
+    # off by default, because on the CPUs measured it is slower (bf16 0.84x a step, fp32 0.99x; docs/performance.md)
     compile: bool = False
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
