@@ -10,8 +10,10 @@ WEINCE blends, per anchor i, the InfoNCE logit ``s_ij / tau`` with the endpoint-
 line). ``lambda = 0`` is exactly InfoNCE. The normative spec is ``docs/WEINCE.md`` of the project's shared
 folder; section numbers below refer to it.
 
-Everything here is vectorised over anchors (one top-k and two closed-form regressions per batch) and runs in
-float32 or float64 even when the inputs are half precision or an autocast region is active.
+The stop-gradient side (the tail statistics and lambda, spec sections 4-5) lives in :mod:`simcse_weince.weince_tail`;
+this module holds the similarities, the logit and the losses. Everything is vectorised over anchors (one top-k and
+two closed-form regressions per batch) and runs in float32 or float64 even when the inputs are half precision or an
+autocast region is active.
 """
 
 from __future__ import annotations
