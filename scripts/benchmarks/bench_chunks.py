@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_train import run_ours  # noqa: E402  (a sibling script: the same training run as bench_train's)
+from bench_train import run_ours, training_sentences  # noqa: E402  (a sibling script: the same training run as bench_train's)
 
 
 def main() -> None:
@@ -42,12 +42,9 @@ def main() -> None:
     if not counts or min(counts) < 1 or args.steps < 1 or args.warmup < 1:
         parser.error("--chunks, --steps and --warmup must be >= 1")
 
-    from simcse_weince.paths import resolve_data_dir
     from simcse_weince.precision import native_bf16
 
-    needed = (args.warmup + args.steps) * args.batch_size
-    lines = (resolve_data_dir(args.data_dir) / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
-    sentences = [line for line in lines if line.strip()][:needed]
+    sentences = training_sentences(args, parser)
     precisions = ["no"]
     if args.bf16 == "always" or (args.bf16 == "native" and native_bf16("cpu")):
         precisions.append("bf16")

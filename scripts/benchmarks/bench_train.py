@@ -47,6 +47,18 @@ def steady_rate(step_end_times: list[float], warmup: int, batch_size: int) -> fl
     return timed_steps * batch_size / (step_end_times[-1] - step_end_times[warmup - 1])
 
 
+def training_sentences(args, parser: argparse.ArgumentParser) -> list[str]:
+    """The first ``(warmup + steps) x batch_size`` non-empty lines of wiki1m_head.txt; a parser error if short."""
+    from simcse_weince.paths import resolve_data_dir
+
+    needed = (args.warmup + args.steps) * args.batch_size
+    lines = (resolve_data_dir(args.data_dir) / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
+    sentences = [line for line in lines if line.strip()][:needed]
+    if len(sentences) < needed:
+        parser.error(f"need {needed} sentences, wiki1m_head.txt has {len(sentences)}: lower --steps")
+    return sentences
+
+
 def run_ours(
     model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int, compile=False
 ) -> float:
@@ -156,14 +168,10 @@ def main() -> None:
 
     import torch
 
-    from simcse_weince.paths import resolve_data_dir, resolve_model_path
+    from simcse_weince.paths import resolve_model_path
 
     model_path = resolve_model_path(args.model)
-    needed = (args.warmup + args.steps) * args.batch_size
-    lines = (resolve_data_dir(args.data_dir) / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
-    sentences = [line for line in lines if line.strip()][:needed]
-    if len(sentences) < needed:
-        parser.error(f"need {needed} sentences, wiki1m_head.txt has {len(sentences)}: lower --steps")
+    sentences = training_sentences(args, parser)
     print(
         f"model {args.model}, batch {args.batch_size}, length {args.max_length}, {args.steps} timed steps "
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
@@ -174,8 +182,8 @@ def main() -> None:
     chunks = TrainConfig.length_chunks  # the trainer's default ("auto": by precision and CPU)
     auto = resolve_mixed_precision("auto", "cpu")
     fp32_chunks = resolve_length_chunks(chunks, "no")
-    # under bf16, auto's choice is one of the two bf16 configurations below
-    ours_bf16 = "ours bf16 padded" if resolve_length_chunks(chunks, "bf16", "cpu") == 1 else "ours bf16 chunked"
+    bf16_chunks = resolve_length_chunks(chunks, "bf16", "cpu")  # auto's choice: one of the two bf16 runs below
+    ours_bf16 = "ours bf16 padded" if bf16_chunks == 1 else "ours bf16 chunked"
     runs = {
         "st fp32": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=False),
         "st bf16": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=True),
@@ -186,8 +194,7 @@ def main() -> None:
     }
     if args.compile:  # auto's bf16 configuration with the encoder compiled (its compilation in the warm-up steps)
         runs["ours bf16 compiled"] = lambda: run_ours(
-            args.model, sentences_file, args, workdir, "bf16", 1 if ours_bf16 == "ours bf16 padded" else fp32_chunks,
-            compile=True,
+            args.model, sentences_file, args, workdir, "bf16", bf16_chunks, compile=True,
         )  # fmt: skip
     if args.bf16 == "never" or (args.bf16 == "native" and auto != "bf16"):
         # emulated bf16 (no AVX512-BF16 / AMX) runs many times slower than fp32: nobody would train that way
