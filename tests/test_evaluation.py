@@ -353,6 +353,49 @@ def test_as_encoder_accepts_callables_paths_and_sentence_transformers(tiny_bert_
     torch.testing.assert_close(via_st_hf, from_path, atol=1e-5, rtol=1e-5)
 
 
+def test_batches_follow_token_counts_not_characters(minilm):
+    from simcse_weince.evaluation.encoders import length_sorted_batches
+
+    tokenizer = minilm.tokenizer
+    # character and token orders disagree here: one long word is few tokens, many short words are many
+    sentences = ["a b c d e f g h", "hi", "extraordinarily", "the cat sat on the mat", "x y", "ok then"]
+    tokens = [len(ids) for ids in tokenizer(sentences)["input_ids"]]
+    batches = length_sorted_batches(sentences, 4, tokenizer)
+    order = [index for batch in batches for index in batch]
+    assert sorted(order) == list(range(len(sentences))) and [len(batch) for batch in batches] == [4, 2]
+    assert order == sorted(range(len(sentences)), key=lambda index: -tokens[index])
+    by_characters = [index for batch in length_sorted_batches(sentences, 4) for index in batch]
+    assert by_characters == sorted(range(len(sentences)), key=lambda index: -len(sentences[index])) != order
+    # truncation is counted as the encoding will truncate
+    assert length_sorted_batches(sentences, 2, tokenizer, max_length=3)[0] == [0, 1]  # all tie at 3: input order
+    assert length_sorted_batches([], 8, tokenizer) == []
+
+
+def test_token_sorted_batches_carry_almost_no_padding_on_sts(minilm, data_dir):
+    from simcse_weince.evaluation.encoders import length_sorted_batches
+
+    data = load_stsb("dev", data_dir=data_dir)
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
+    tokens = [len(ids) for ids in minilm.tokenizer(sentences)["input_ids"]]
+
+    def positions(batches):  # what a forward pass encodes: every batch padded to its longest sentence
+        return sum(len(batch) * max(tokens[index] for index in batch) for batch in batches)
+
+    by_tokens = positions(length_sorted_batches(sentences, 64, minilm.tokenizer))
+    by_characters = positions(length_sorted_batches(sentences, 64))
+    # STS-B dev, batches of 64: 1.04x the real tokens by tokens, 1.42x by characters (1.37x more positions)
+    assert sum(tokens) <= by_tokens <= 1.05 * sum(tokens) and by_characters > 1.25 * by_tokens
+
+
+def test_sentence_transformer_encoder_returns_input_order_across_its_own_batches(minilm):
+    import torch
+
+    sentences = ["hi", "a man is playing a large guitar on a stage tonight .", "extraordinarily", "a b c d e", "ok"]
+    ours = as_encoder(minilm, batch_size=2, show_progress_bar=False)(sentences)
+    torch.testing.assert_close(ours, minilm.encode(sentences, convert_to_tensor=True).cpu(), atol=1e-5, rtol=1e-5)
+    assert ours.dtype == torch.float32 and as_encoder(minilm, show_progress_bar=False)([]).shape[0] == 0
+
+
 def test_stsb_spearman_with_a_callable(data_dir):
     # Embedding = (gold-free) letter counts: a deterministic callable, scored on raw STS-B dev. Nine features keep
     # exact cosine ties rare (with 3 length features, float32 rounding broke ties differently: 0.012 apart).

@@ -44,9 +44,22 @@ def default_device() -> str:
     return "cpu"
 
 
-def _length_sorted_batches(sentences: Sequence[str], batch_size: int) -> list[list[int]]:
-    # Longest first, as sentence-transformers does: similar lengths share a batch, so little padding.
-    order = sorted(range(len(sentences)), key=lambda index: -len(sentences[index]))
+def length_sorted_batches(
+    sentences: Sequence[str], batch_size: int, tokenizer=None, max_length: int | None = None
+) -> list[list[int]]:
+    """Indices of ``sentences`` in batches of similar length, longest first (so every batch pads to little more
+    than its own sentences; the order changes no score).
+
+    Lengths are token counts when a ``tokenizer`` is given (truncated at ``max_length`` as the encoding will be),
+    characters otherwise. Token counts matter: on SentEval's STS sentences, character-sorted batches of 64 encode
+    1.39x the real tokens, token-sorted ones 1.01x (docs/performance.md, section 5).
+    """
+    if tokenizer is not None and len(sentences):
+        ids = tokenizer(list(sentences), truncation=max_length is not None, max_length=max_length)["input_ids"]
+        lengths = [len(row) for row in ids]
+    else:
+        lengths = [len(sentence) for sentence in sentences]
+    order = sorted(range(len(sentences)), key=lambda index: -lengths[index])  # stable: ties keep input order
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
@@ -100,7 +113,7 @@ class HFEncoder:
         self.model.eval()
         limit = getattr(self.model.config, "max_position_embeddings", None)
         try:
-            batches = _length_sorted_batches(sentences, self.batch_size)
+            batches = length_sorted_batches(sentences, self.batch_size, self.tokenizer, self.max_length)
             with torch.inference_mode():
                 for indices in tqdm(batches, desc="Encoding", disable=not self.show_progress_bar, leave=False):
                     batch = self.tokenizer(
@@ -110,6 +123,7 @@ class HFEncoder:
                         max_length=self.max_length,
                         return_tensors="pt",
                     )
+                    # longest first: only the first batch can be too long, so this fails before any real work
                     if self.max_length is None and limit and batch["input_ids"].shape[1] > limit:
                         raise ValueError(
                             f"a sentence has {batch['input_ids'].shape[1]} tokens, more than the model's "
@@ -159,21 +173,47 @@ class SentenceTransformerEncoder:
         self.show_progress_bar = show_progress_bar
 
     def __call__(self, sentences: list[str]):
+        import torch
+        from tqdm.auto import tqdm
+
+        sentences = list(sentences)
         previous_max_length = self.model.max_seq_length
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
         try:
-            embeddings = self.model.encode(
-                list(sentences),
-                batch_size=self.batch_size,
-                show_progress_bar=self.show_progress_bar,
-                convert_to_tensor=True,
-                device=self.device,
+            # Our own token-sorted batches: encode() sorts by characters, which leaves ~40% padding on STS.
+            batches = length_sorted_batches(
+                sentences, self.batch_size, _tokenizer_of(self.model), self.model.max_seq_length
             )
+            parts = [
+                self.model.encode(
+                    [sentences[index] for index in indices],
+                    batch_size=len(indices),
+                    show_progress_bar=False,
+                    convert_to_tensor=True,
+                    device=self.device,
+                )
+                .float()
+                .cpu()
+                for indices in tqdm(batches, desc="Encoding", disable=not self.show_progress_bar, leave=False)
+            ]
         finally:
             if self.max_length is not None:
                 self.model.max_seq_length = previous_max_length
-        return embeddings.float().cpu()
+        if not parts:
+            return torch.zeros(0, self.model.get_embedding_dimension() or 0)
+        order = torch.tensor([index for indices in batches for index in indices])
+        # row order[i] of the input is row i of the batched embeddings
+        return torch.cat(parts).index_select(0, torch.argsort(order))
+
+
+def _tokenizer_of(model):
+    """A SentenceTransformer's tokenizer for length sorting, or ``None`` (then sentences sort by characters)."""
+    try:
+        tokenizer = model.tokenizer
+    except AttributeError:
+        return None
+    return tokenizer if callable(tokenizer) else None
 
 
 def _device_of(model) -> str:

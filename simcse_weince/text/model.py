@@ -217,16 +217,17 @@ class SimCSEModel(nn.Module):
     def encode(self, sentences: list[str], batch_size: int = 64, device=None) -> np.ndarray:
         """Evaluation embeddings (evaluation pooler, no dropout) as a float32 array, in input order.
 
-        Sentences are sorted by length so that batches carry little padding, like SentenceTransformer.encode.
+        Sentences are batched by token count so that batches carry little padding.
         """
+        from simcse_weince.evaluation.encoders import length_sorted_batches
+
         was_training = self.training
         self.eval()
         device = device or next(self.parameters()).device
-        order = np.argsort([-len(sentence) for sentence in sentences], kind="stable")
+        batches = length_sorted_batches(sentences, batch_size, self.tokenizer, self.max_seq_length)
         embeddings = np.zeros((len(sentences), self.encoder.config.hidden_size), dtype=np.float32)
         try:
-            for start in range(0, len(sentences), batch_size):
-                indices = order[start : start + batch_size]
+            for indices in batches:
                 batch = self.tokenizer(
                     [sentences[i] for i in indices],
                     padding=True,
