@@ -41,6 +41,7 @@ class Mutation:
 # one mutation per compact block: the formatter would spread each over a dozen lines
 # fmt: off
 CORE, TRAIN, LOOP = "simcse_weince/weince.py", "simcse_weince/text/train.py", "simcse_weince/training/loop.py"
+ENCODERS = "simcse_weince/evaluation/encoders.py"
 TAIL = "simcse_weince/weince_tail.py"
 COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
@@ -398,6 +399,16 @@ MUTATIONS = (
         (("slope = torch.addcdiv(infonce_scale, shortfall_scale, shortfall, out=shortfall)",
           "slope = infonce_scale.expand_as(shortfall)"),),
         ("tests/test_weince_core.py", "-k", "hand_written_backward"), "the closed form against autograd's",
+    ),
+    Mutation(
+        "evaluation: batches sorted by characters although a tokenizer is given", ENCODERS,
+        (("lengths = [len(row) for row in ids]", "lengths = [len(sentence) for sentence in sentences]"),),
+        ("tests/test_evaluation.py", "-k", "token"), "issue 26: the character sort left 39% padding on STS",
+    ),
+    Mutation(
+        "evaluation: the SentenceTransformer encoder returns rows in batch order", ENCODERS,
+        (("torch.cat(parts).index_select(0, torch.argsort(order))", "torch.cat(parts)"),),
+        ("tests/test_evaluation.py", "-k", "input_order_across"), "our own batches must be put back in input order",
     ),
 )
 # fmt: on
