@@ -402,7 +402,7 @@ def weince_loss(
     if not isinstance(config, WeinceConfig):
         raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)
-    _check_hardness_strength(hardness_strength)
+    check_hardness_strength(hardness_strength)
     temperature = float(temperature)
     compute_dtype = statistics_dtype(anchors, candidates)
     sims, precise_sims = _PreciseCosineSimilarity.apply(anchors, candidates, geometry == "simclr", compute_dtype)
@@ -464,7 +464,7 @@ def infonce_loss(
     default) is plain InfoNCE.
     """
     _validate_embeddings(anchors, candidates, geometry, temperature)
-    _check_hardness_strength(hardness_strength)
+    check_hardness_strength(hardness_strength)
     sims = _similarities(anchors, candidates, geometry)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
     with _autocast_off(sims.device.type):
@@ -476,7 +476,8 @@ def infonce_loss(
     return loss
 
 
-def _check_hardness_strength(hardness_strength: float) -> None:
+def check_hardness_strength(hardness_strength: float) -> None:
+    """Reject α < 0, NaN and inf with a clear error (the losses' and the configs' shared check)."""
     if not (hardness_strength >= 0 and math.isfinite(hardness_strength)):
         raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
 

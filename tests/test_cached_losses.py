@@ -11,7 +11,7 @@ from sentence_transformers.base.losses.gradcache import _create_minibatch
 from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.weince import DIAGNOSTIC_KEYS
+from simcse_weince.weince import DIAGNOSTIC_KEYS, weince_loss
 
 BATCH = 10
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points even at batch 10
@@ -221,3 +221,31 @@ def test_cached_weince_trains_with_legacy_fit_on_pairs(fresh_minilm, wiki_senten
     fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
     assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+
+
+@pytest.mark.parametrize("num_columns", [1, 3])  # unsupervised SimCSE; triplets with a hard negative
+def test_weince_hardness_in_the_sentence_transformers_losses(model, wiki_sentences, num_columns):
+    """``WeinceLoss(hardness_strength=α)`` (ours, Study 2's `weince-hardness`) is the core's term on the model's
+    embeddings, its GradCache form gives the same loss and gradients, and bad strengths are refused up front."""
+    model = _dropout_off(model)
+    features = _columns(model, wiki_sentences, num_columns)
+    loss_fn = WeinceLoss(model, config=CONFIG, hardness_strength=9.0)
+    expected_loss, expected_grads = _loss_and_grads(model, loss_fn, features)
+    with torch.no_grad():
+        embeddings = [model(dict(f))["sentence_embedding"] for f in features]
+    anchors, candidates = embeddings[0], torch.cat(embeddings[1:] if num_columns > 1 else embeddings)
+    core = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG, hardness_strength=9.0)
+    assert expected_loss.item() == pytest.approx(core.item(), rel=1e-5, abs=1e-6)
+    plain = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG)
+    assert abs(core.item() - plain.item()) > 1e-3  # the term changes the loss on these embeddings
+    cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=3, hardness_strength=9.0)
+    loss, grads = _loss_and_grads(model, cached, features)
+    assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
+    assert_grads_close(grads, expected_grads)
+    assert cached.get_config_dict()["hardness_strength"] == 9.0
+    assert WeinceLoss(model).get_config_dict()["hardness_strength"] == 0.0  # off by default
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hardness_strength must be a finite number >= 0"):
+            WeinceLoss(model, hardness_strength=bad)
+        with pytest.raises(ValueError, match="hardness_strength must be a finite number >= 0"):
+            CachedWeinceLoss(model, hardness_strength=bad)

@@ -410,6 +410,11 @@ MUTATIONS = (
         (("torch.cat(parts).index_select(0, torch.argsort(order))", "torch.cat(parts)"),),
         ("tests/test_evaluation.py", "-k", "input_order_across"), "our own batches must be put back in input order",
     ),
+    Mutation(
+        "WeinceLoss drops its hardness_strength before the core", "simcse_weince/losses/weince.py",
+        (("            hardness_strength=self.hardness_strength,\n", ""),),
+        ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
+    ),
 )
 # fmt: on
 

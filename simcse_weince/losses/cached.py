@@ -123,6 +123,7 @@ class CachedWeinceLoss(_CachedLoss):
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
         show_progress_bar: bool = False,
+        hardness_strength: float = 0.0,
     ) -> None:
         """:class:`~simcse_weince.WeinceLoss` with GradCache (https://huggingface.co/papers/2101.06983): a batch
         far larger than memory would allow, with the same loss and gradients.
@@ -157,6 +158,8 @@ class CachedWeinceLoss(_CachedLoss):
             gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
                 negatives and the tail statistics span the global batch.
             show_progress_bar: show a progress bar over the mini-batches.
+            hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting to WEINCE's logits, as
+                :class:`~simcse_weince.WeinceLoss`'s option of that name (**ours**, off by default).
 
         After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, as for :class:`~simcse_weince.WeinceLoss`.
@@ -208,7 +211,13 @@ class CachedWeinceLoss(_CachedLoss):
         """
         super().__init__(
             model,
-            lambda: WeinceLoss(model, temperature, config=config, gather_across_devices=gather_across_devices),
+            lambda: WeinceLoss(
+                model,
+                temperature,
+                config=config,
+                gather_across_devices=gather_across_devices,
+                hardness_strength=hardness_strength,
+            ),
             mini_batch_size=mini_batch_size,
             mini_batch_num_tokens=mini_batch_num_tokens,
             show_progress_bar=show_progress_bar,

@@ -7,7 +7,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.weince import WeinceConfig, summarize_statistics, weince_loss
+from simcse_weince.weince import WeinceConfig, check_hardness_strength, summarize_statistics, weince_loss
 
 WEINCE_CITATION = """
 @inproceedings{erol2026weince,
@@ -29,6 +29,7 @@ class WeinceLoss(ColumnsLoss):
         *,
         config: WeinceConfig | None = None,
         gather_across_devices: bool = False,
+        hardness_strength: float = 0.0,
     ) -> None:
         """WEINCE: InfoNCE with an extreme-value (Weibull endpoint) correction of the logits of hard negatives.
 
@@ -48,6 +49,12 @@ class WeinceLoss(ColumnsLoss):
             config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
             gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
                 negatives *and the tail statistics* span the global batch.
+            hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting
+                (``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives", hardness_strength=α)``),
+                ``α · stop_grad(s_ij)``, to the WEINCE logit of every in-batch negative. **Ours, not the paper's**,
+                and off (0) by default: Study 2 (``docs/experiments.md``) found WEINCE with α = 9 better than both
+                InfoNCE and the hardness weighting alone at batch 64, 256 and 1,024, on one setting (MiniLM
+                ``cpu-cls``). λ and the tail statistics do not see the term.
 
         The options after ``temperature`` are keyword-only: the losses of this package take different options, and
         a positional call could bind a value to another loss's option.
@@ -97,10 +104,17 @@ class WeinceLoss(ColumnsLoss):
                 print(loss.last_diagnostics)
         """
         super().__init__(model, temperature, config=config, gather_across_devices=gather_across_devices)
+        check_hardness_strength(hardness_strength)
+        self.hardness_strength = float(hardness_strength)
 
     def loss_from_candidates(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         loss, stats = weince_loss(
-            anchors, candidates, temperature=self.temperature, config=self.config, return_stats=True
+            anchors,
+            candidates,
+            temperature=self.temperature,
+            config=self.config,
+            return_stats=True,
+            hardness_strength=self.hardness_strength,
         )
         self._last_summary = summarize_statistics(stats)
         return loss
@@ -109,6 +123,7 @@ class WeinceLoss(ColumnsLoss):
         return {
             "temperature": self.temperature,
             "gather_across_devices": self.gather_across_devices,
+            "hardness_strength": self.hardness_strength,
             **self.config.to_dict(),
         }
 
