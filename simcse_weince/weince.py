@@ -477,7 +477,7 @@ def infonce_loss(
 
 
 def check_hardness_strength(hardness_strength: float) -> None:
-    """Reject α < 0, NaN and inf with a clear error (the losses' and the configs' shared check)."""
+    """Reject α < 0, NaN and inf with a clear error: the check of both core losses and of ``WeinceLoss``."""
     if not (hardness_strength >= 0 and math.isfinite(hardness_strength)):
         raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
 
