@@ -312,6 +312,7 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
     assert on_disk["total_steps"] == 20 and len(on_disk["history"]) == 20
     # length_chunks auto: the chunks of the precision the run used (auto: bf16 where native, else fp32)
     assert on_disk["length_chunks"] == resolve_length_chunks("auto", on_disk["mixed_precision"])
+    assert on_disk["unpadded_layers"] is True  # a BertModel: the linear layers ran on the real tokens only
     # the wall time is the whole run, the final evaluation and export included, and holds every part
     parts = [f"{name}_seconds" for name in TIME_PARTS]
     assert all(on_disk[key] >= 0 for key in parts)
@@ -385,9 +386,10 @@ def test_push_fails_clearly_offline_without_token_or_model(tmp_path, monkeypatch
 def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, train_file):
     config = tiny_config(
         tiny_model, train_file, tmp_path / "run", loss="infonce", max_steps=3, gradient_accumulation_steps=2,
-        mixed_precision="bf16", eval_steps=0, save_steps=0, final_evaluation=False,
+        mixed_precision="bf16", eval_steps=0, save_steps=0, final_evaluation=False, unpadded_layers=False,
     )  # fmt: skip
     results = train(config)
+    assert results["unpadded_layers"] is False  # turned off: the model's own (padded) forward
     assert [entry["learning_rate"] for entry in results["history"]] == pytest.approx([2e-3 / 3, 1e-3 / 3, 0.0])
     assert results["stsb_test_spearman"] is None and results["lambda_stats"] == {}
     assert results["train_sentences_per_second"] > 0 and results["best_step"] == 3

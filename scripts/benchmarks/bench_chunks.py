@@ -34,6 +34,9 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--bf16", choices=("native", "always", "never"), default="native")
+    parser.add_argument(
+        "--padded-layers", action="store_true", help="run the linear layers on the padding too (unpadded_layers off)"
+    )
     args = parser.parse_args()
     try:
         counts = [int(value) for value in args.chunks.split(",")]
@@ -57,7 +60,10 @@ def main() -> None:
         for round_index in range(args.rounds):
             order = configurations if round_index % 2 == 0 else configurations[::-1]
             for precision, count in order:
-                rates[precision, count].append(run_ours(args.model, sentences_file, args, workdir, precision, count))
+                rates[precision, count].append(run_ours(
+                    args.model, sentences_file, args, workdir, precision, count,
+                    unpadded_layers=not args.padded_layers,
+                ))  # fmt: skip
             print(f"round {round_index + 1}: " + ", ".join(
                 f"{'fp32' if p == 'no' else p} x{c} {rates[p, c][-1]:.1f}" for p, c in configurations
             ) + " sentences/s", flush=True)  # fmt: skip

@@ -8,18 +8,20 @@ one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. T
 second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
 evaluation are excluded.
 
-Each round measures six configurations:
+Each round measures eight configurations:
 
 - ``st fp32`` / ``st bf16``: sentence-transformers' trainer, fp32 (its default) and ``bf16=True``;
-- ``ours fp32 padded``: our trainer in fp32 with ``length_chunks=1`` (one forward padded to the longest);
-- ``ours fp32``: our trainer with its default ``length_chunks`` (``auto``: 4 chunks in fp32), ``--mixed-precision no``;
-- ``ours bf16 padded`` / ``ours bf16 chunked``: ``--mixed-precision bf16`` with one padded forward and with fp32's
-  number of chunks; ``auto`` picks one of them by the CPU (one forward on a CPU with AMX, chunks otherwise), and
-  the bf16 comparisons below use its pick.
+- ``ours fp32 padded`` / ``ours bf16 padded``: our trainer with one forward padded to the longest sentence and the
+  Hugging Face forward (``length_chunks=1``, ``unpadded_layers=False``);
+- ``ours fp32 chunked`` / ``ours bf16 chunked``: fp32's number of length-sorted chunks (4), still the Hugging Face
+  forward in each (``unpadded_layers=False``: the default before the unpadded layers);
+- ``ours fp32`` / ``ours bf16``: our trainer's defaults (``length_chunks`` ``auto``, ``unpadded_layers``: the
+  linear layers on the real tokens only), ``--mixed-precision no`` / ``bf16``.
 
 and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
-(fp32 and bf16), the gain of length-sorted chunks alone (fp32 and bf16) and of bf16 alone, and out of the box against
-out of the box (our default ``--mixed-precision auto`` against sentence-transformers' default fp32).
+(fp32 and bf16), the gain of length-sorted chunks alone and of the unpadded linear layers alone (fp32 and bf16), of
+bf16 alone, and out of the box against out of the box (our default ``--mixed-precision auto`` against
+sentence-transformers' default fp32).
 
 Usage::
 
@@ -60,7 +62,14 @@ def training_sentences(args, parser: argparse.ArgumentParser) -> list[str]:
 
 
 def run_ours(
-    model: str, sentences_file: Path, args, workdir: Path, mixed_precision: str, length_chunks: int, compile=False
+    model: str,
+    sentences_file: Path,
+    args,
+    workdir: Path,
+    mixed_precision: str,
+    length_chunks: int,
+    compile=False,
+    unpadded_layers=True,
 ) -> float:
     from simcse_weince.text.config import preset
     from simcse_weince.text.train import train
@@ -83,6 +92,7 @@ def run_ours(
         mixed_precision=mixed_precision,
         length_chunks=length_chunks,
         compile=compile,
+        unpadded_layers=unpadded_layers,
         output_dir=str(workdir / "ours"),
     )
     results = train(config, overwrite=True)
@@ -183,14 +193,24 @@ def main() -> None:
     auto = resolve_mixed_precision("auto", "cpu")
     fp32_chunks = resolve_length_chunks(chunks, "no")
     bf16_chunks = resolve_length_chunks(chunks, "bf16", "cpu")  # auto's choice: one of the two bf16 runs below
-    ours_bf16 = "ours bf16 padded" if bf16_chunks == 1 else "ours bf16 chunked"
+    # "padded" and "chunked" run the linear layers on the padding too (the Hugging Face forward, unpadded_layers
+    # off); "ours fp32" / "ours bf16" are the trainer's defaults (auto's chunks, linear layers on real tokens only)
+    same_chunks_padded_layers = "ours bf16 padded" if bf16_chunks == 1 else "ours bf16 chunked"
     runs = {
         "st fp32": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=False),
         "st bf16": lambda: run_sentence_transformers(model_path, sentences, args, workdir, bf16=True),
-        "ours fp32 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "no", 1),
+        "ours fp32 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "no", 1, unpadded_layers=False),
+        "ours fp32 chunked": lambda: run_ours(
+            args.model, sentences_file, args, workdir, "no", fp32_chunks, unpadded_layers=False
+        ),
         "ours fp32": lambda: run_ours(args.model, sentences_file, args, workdir, "no", chunks),
-        "ours bf16 padded": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", 1),
-        "ours bf16 chunked": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", fp32_chunks),
+        "ours bf16 padded": lambda: run_ours(
+            args.model, sentences_file, args, workdir, "bf16", 1, unpadded_layers=False
+        ),
+        "ours bf16 chunked": lambda: run_ours(
+            args.model, sentences_file, args, workdir, "bf16", fp32_chunks, unpadded_layers=False
+        ),
+        "ours bf16": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", chunks),
     }
     if args.compile:  # auto's bf16 configuration with the encoder compiled (its compilation in the warm-up steps)
         runs["ours bf16 compiled"] = lambda: run_ours(
@@ -217,20 +237,27 @@ def main() -> None:
             )
 
     # out of the box: our default (--mixed-precision auto, default length_chunks) vs sentence-transformers' (fp32)
-    ours_default = ours_bf16 if auto == "bf16" else "ours fp32"
+    ours_default = "ours bf16" if auto == "bf16" else "ours fp32"
     comparisons = [
         ("ours / sentence-transformers, both fp32", "ours fp32", "st fp32", 1.5),
-        (f"ours / sentence-transformers, both bf16 (ours: {ours_bf16}, auto's)", ours_bf16, "st bf16", 1.3),
-        (f"length-sorted chunks alone (fp32, {fp32_chunks} chunks vs 1)", "ours fp32", "ours fp32 padded", None),
+        (f"ours / sentence-transformers, both bf16 (ours: auto's {bf16_chunks} chunk(s))", "ours bf16", "st bf16", 1.3),
+        (
+            f"length-sorted chunks alone (fp32, {fp32_chunks} chunks vs 1)",
+            "ours fp32 chunked",
+            "ours fp32 padded",
+            None,
+        ),
         (
             f"length-sorted chunks alone (bf16, {fp32_chunks} chunks vs 1)",
             "ours bf16 chunked",
             "ours bf16 padded",
             None,
-        ),  # fmt: skip
-        ("bf16 alone (ours, bf16 vs fp32, auto's chunks)", ours_bf16, "ours fp32", None),
+        ),
+        (f"unpadded linear layers alone (fp32, {fp32_chunks} chunks)", "ours fp32", "ours fp32 chunked", None),
+        (f"unpadded linear layers alone (bf16, {bf16_chunks} chunk(s))", "ours bf16", same_chunks_padded_layers, None),
+        ("bf16 alone (ours, bf16 vs fp32, defaults)", "ours bf16", "ours fp32", None),
         ("ours compiled / sentence-transformers, both bf16 (steady state)", "ours bf16 compiled", "st bf16", 1.3),
-        ("compile alone (ours bf16, steady state)", "ours bf16 compiled", ours_bf16, None),
+        ("compile alone (ours bf16, steady state)", "ours bf16 compiled", same_chunks_padded_layers, None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
     ]
     print(f"\nmedians over {args.rounds} interleaved rounds (sentences/s):")

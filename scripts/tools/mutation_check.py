@@ -215,6 +215,26 @@ MUTATIONS = (
         ("tests/test_length_chunks.py", "-k", "auto_follows"), "issue 26: one padded forward pays under AMX bf16",
     ),
     Mutation(
+        "unpadded layers: dropout masks drawn for the real tokens only (another random stream)",
+        "simcse_weince/text/unpadded.py",
+        (("torch.empty((*padded_shape, rows.shape[-1]), dtype=rows.dtype, device=rows.device)",
+          "torch.empty_like(rows)"),
+         ("    return rows * noise.view(-1, rows.shape[-1]).index_select(0, real)", "    return rows * noise")),
+        ("tests/test_unpadded.py",), "issue 26: the same masks as the padded forward, so the same step losses",
+    ),
+    Mutation(
+        "unpadded layers: padding tokens enter the linear layers' rows", "simcse_weince/text/unpadded.py",
+        (("    real = attention_mask.reshape(-1).nonzero().squeeze(1)",
+          "    real = torch.arange(attention_mask.numel(), device=attention_mask.device)"),),
+        ("tests/test_unpadded.py",), "issue 26: padded rows must come back as zeros and never be computed",
+    ),
+    Mutation(
+        "trainer: unpadded_layers never applied", TRAIN,
+        (("        model.use_unpadded_training(config.unpadded_layers)",
+          "        model.use_unpadded_training(False)"),),
+        ("tests/test_train.py", "-k", "end_to_end"), "issue 26: the default trains with unpadded linear layers",
+    ),
+    Mutation(
         "compile: --compile leaves the encoder eager", TRAIN,
         (("        if config.compile:\n            model.compile_training_forward()",
           "        if False:\n            pass"),),

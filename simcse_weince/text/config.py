@@ -75,6 +75,10 @@ class TrainConfig:
     # torch.compile the encoder's training forward (inductor, dynamic shapes), as the HF Trainer's torch_compile:
     # off by default, because on the CPUs measured it is slower (bf16 0.84x a step, fp32 0.99x; docs/performance.md)
     compile: bool = False
+    # a BERT encoder trains with its linear layers, layer norms and GELU on the real tokens only (the same numbers
+    # and dropout masks as the padded forward, less arithmetic; text/unpadded.py); other encoders, and --compile,
+    # use the model's own forward
+    unpadded_layers: bool = True
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
     # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)

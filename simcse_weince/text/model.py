@@ -90,6 +90,7 @@ class SimCSEModel(nn.Module):
         # the encoder's training forward, compiled by compile_training_forward(); a plain attribute, not a module,
         # so that the state dict (checkpoints, export) keeps the encoder's own keys
         self._training_forward = None
+        self.unpadded_training = False  # set by use_unpadded_training()
 
     def compile_training_forward(self) -> None:
         """``torch.compile`` the encoder's forward for training (inductor, dynamic shapes, so the length chunks'
@@ -99,10 +100,24 @@ class SimCSEModel(nn.Module):
 
         self._training_forward = torch.compile(self.encoder.forward, dynamic=True)
 
-    def _encoder_forward(self, **inputs):
+    def use_unpadded_training(self, enabled: bool = True) -> bool:
+        """Train with the linear layers on the real tokens only (:mod:`simcse_weince.text.unpadded`: the same
+        results and dropout masks as the padded forward, less arithmetic) when the encoder supports it (a plain
+        ``BertModel``) and nothing is compiled. Returns whether it applies."""
+        from simcse_weince.text.unpadded import supports_unpadded
+
+        self.unpadded_training = bool(enabled and self._training_forward is None and supports_unpadded(self.encoder))
+        return self.unpadded_training
+
+    def _encoder_forward(self, **inputs) -> torch.Tensor:
+        """The encoder's last hidden state (padded positions of the unpadded forward are zero)."""
         if self.training and self._training_forward is not None:
-            return self._training_forward(**inputs)
-        return self.encoder(**inputs)
+            return self._training_forward(**inputs).last_hidden_state
+        if self.training and self.unpadded_training:
+            from simcse_weince.text.unpadded import unpadded_bert_forward
+
+            return unpadded_bert_forward(self.encoder, **inputs)
+        return self.encoder(**inputs).last_hidden_state
 
     @classmethod
     def from_pretrained(
@@ -198,7 +213,7 @@ class SimCSEModel(nn.Module):
         if length_chunks > 1 and len(input_ids) * num_views > 1:
             embeddings = self._encode_length_sorted(inputs, length_chunks)
         else:
-            hidden = self._encoder_forward(**inputs).last_hidden_state
+            hidden = self._encoder_forward(**inputs)
             embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
         return embeddings.chunk(num_views) if num_views > 1 else embeddings
 
@@ -208,7 +223,7 @@ class SimCSEModel(nn.Module):
         pooled = []
         for rows in torch.tensor_split(order, min(length_chunks, len(order))):
             chunk = trim_trailing_padding({name: value[rows] for name, value in inputs.items()})
-            hidden = self._encoder_forward(**chunk).last_hidden_state
+            hidden = self._encoder_forward(**chunk)
             pooled.append(self.pool(hidden, chunk["attention_mask"], self.pooler))
         # back to the input order: row order[i] of the input is row i of the sorted embeddings
         return torch.cat(pooled).index_select(0, torch.argsort(order))

@@ -96,6 +96,7 @@ class TextTask:
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
         if config.compile:
             model.compile_training_forward()
+        model.use_unpadded_training(config.unpadded_layers)
         total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -146,6 +147,7 @@ class TextTask:
             f"training {config.model} with {config.loss} on {len(self.tokenized):,} {_describe_rows(self.columns)} "
             f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
             f"{config.gradient_accumulation_steps}, {self.length_chunks} length chunk(s)"
+            + (", linear layers on real tokens only" if self.unwrapped.unpadded_training else "")
             + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
         )
 

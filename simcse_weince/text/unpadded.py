@@ -1,0 +1,93 @@
+"""BERT's forward with its linear layers on the real tokens only (training's lever against padding).
+
+A padded batch runs every linear layer, layer norm and GELU on its padding too, and those are most of a step on a
+CPU (docs/performance.md). :func:`unpadded_bert_forward` keeps the hidden states as one row per *real* token and
+pads only where the computation needs a rectangle: attention (per sentence) and the dropout masks. The masks are
+drawn at the padded shape, in the order Hugging Face's forward draws them, and the real tokens' rows are kept, so
+a training step consumes the same random stream and applies the same masks as the padded forward (its step losses
+agree to fp32 rounding; ``tests/test_unpadded.py``). The weights are the model's own modules: checkpoints, export
+and evaluation are unchanged.
+
+Only a plain bidirectional ``BertModel`` with absolute positions qualifies (:func:`supports_unpadded`); any other
+encoder runs its own forward. Inputs must be right-padded (as the trainer's collator pads).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def supports_unpadded(encoder: nn.Module) -> bool:
+    """True for a Hugging Face ``BertModel`` this forward reproduces: an encoder (no decoder, no cross-attention)
+    with absolute positions, GELU-style activations and no feed-forward chunking."""
+    try:
+        from transformers import BertModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    config = getattr(encoder, "config", None)
+    return (
+        type(encoder) is BertModel
+        and not config.is_decoder
+        and not getattr(config, "add_cross_attention", False)
+        and getattr(config, "position_embedding_type", "absolute") == "absolute"
+        and not getattr(config, "chunk_size_feed_forward", 0)
+    )
+
+
+def _dropout(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple, dropout: nn.Dropout) -> torch.Tensor:
+    """``dropout`` applied to the real tokens' ``rows`` with the mask the padded tensor would have drawn.
+
+    torch's CPU dropout draws ``bernoulli_(1 - p)`` over the whole (padded) input, scales it by 1 / (1 - p) and
+    multiplies; drawing the same noise at the padded shape and keeping the real rows applies the same mask and
+    leaves the random stream where the padded forward leaves it."""
+    p = dropout.p
+    if not dropout.training or p == 0:
+        return rows
+    if p == 1:
+        return rows * 0
+    noise = torch.empty((*padded_shape, rows.shape[-1]), dtype=rows.dtype, device=rows.device).bernoulli_(1 - p)
+    noise.div_(1 - p)
+    return rows * noise.view(-1, rows.shape[-1]).index_select(0, real)
+
+
+def _pad(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple) -> torch.Tensor:
+    """The real tokens' ``rows`` back in a zero-padded (batch, length, width) tensor."""
+    padded = rows.new_zeros((padded_shape[0] * padded_shape[1], rows.shape[-1]))
+    return padded.index_copy(0, real, rows).view(*padded_shape, rows.shape[-1])
+
+
+def unpadded_bert_forward(
+    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids=None
+) -> torch.Tensor:
+    """``encoder(input_ids, attention_mask, token_type_ids).last_hidden_state``, computed with the linear layers,
+    layer norms and activations on the real tokens only. Padding positions of the result are zero."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.bert.modeling_bert import eager_attention_forward
+
+    padded_shape = tuple(input_ids.shape)
+    real = attention_mask.reshape(-1).nonzero().squeeze(1)  # row index of every real token in (batch * length)
+    # the embeddings at the padded shape: gathers and one layer norm, and their dropout draws its mask there
+    embeddings = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    mask, _ = encoder._create_attention_masks(attention_mask, None, embeddings, None, None)
+    hidden = embeddings.reshape(-1, embeddings.shape[-1]).index_select(0, real)
+    attention = ALL_ATTENTION_FUNCTIONS.get_interface(encoder.config._attn_implementation, eager_attention_forward)
+    for layer in encoder.encoder.layer:
+        self_attention = layer.attention.self
+        heads = (*padded_shape, -1, self_attention.attention_head_size)
+        query, key, value = (
+            _pad(projection(hidden), real, padded_shape).view(heads).transpose(1, 2)
+            for projection in (self_attention.query, self_attention.key, self_attention.value)
+        )
+        context, _ = attention(
+            self_attention, query, key, value, mask,
+            dropout=self_attention.dropout.p if self_attention.training else 0.0, scaling=self_attention.scaling,
+        )  # fmt: skip
+        context = context.reshape(-1, self_attention.all_head_size).index_select(0, real)
+        output = layer.attention.output
+        attended = output.dense(context)
+        hidden = output.LayerNorm(_dropout(attended, real, padded_shape, output.dropout) + hidden)
+        intermediate = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(hidden))
+        output = layer.output
+        hidden = output.LayerNorm(_dropout(output.dense(intermediate), real, padded_shape, output.dropout) + hidden)
+    return _pad(hidden, real, padded_shape)

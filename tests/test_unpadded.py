@@ -1,0 +1,140 @@
+"""BERT's forward with the linear layers on the real tokens only (``simcse_weince/text/unpadded.py``) computes what
+the padded Hugging Face forward computes, with the same dropout masks and the same random stream afterwards, so
+the trainer's steps (losses, gradients) do not change; encoders it does not reproduce keep their own forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from train_helpers import assert_grads_close
+
+from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.train import forward_backward
+from simcse_weince.text.unpadded import supports_unpadded, unpadded_bert_forward
+from simcse_weince.training.objective import ContrastiveObjective
+
+
+@pytest.fixture(scope="module")
+def model(minilm_path, one_thread):
+    return SimCSEModel.from_pretrained(minilm_path, pooler="cls")  # dropout 0.1 from the model's config
+
+
+@pytest.fixture(scope="module")
+def batch(model, wiki_sentences):
+    picks = torch.randperm(len(wiki_sentences), generator=torch.Generator().manual_seed(1))[:20].tolist()
+    collate = PaddingCollator(model.tokenizer.pad_token_id)
+    batch = collate([model.tokenizer(wiki_sentences[i], truncation=True, max_length=32) for i in picks])
+    assert (batch["attention_mask"] == 0).any(), "the batch must hold padding for the tests to mean anything"
+    return batch
+
+
+def _both_forwards(encoder, batch, seed=0):
+    """The padded and the unpadded last hidden state from the same seed, and the random state after each."""
+    torch.manual_seed(seed)
+    padded = encoder(**batch).last_hidden_state
+    after_padded = torch.get_rng_state()
+    torch.manual_seed(seed)
+    unpadded = unpadded_bert_forward(encoder, **batch)
+    return padded, unpadded, after_padded, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["dropout", "eval"])
+def test_unpadded_forward_equals_the_padded_one(model, batch, training):
+    encoder = model.encoder.train(training)
+    assert supports_unpadded(encoder) and encoder.config.hidden_dropout_prob > 0
+    padded, unpadded, after_padded, after_unpadded = _both_forwards(encoder, batch)
+    real = batch["attention_mask"].bool()
+    scale = padded[real].abs().max().item()
+    assert (unpadded[real] - padded[real]).abs().max().item() <= 1e-5 * scale
+    assert torch.equal(after_unpadded, after_padded)  # the same number of random draws: the next masks agree too
+    assert not unpadded[~real].any()  # padding rows are zeros, never read by the poolers
+    if training:  # the masks are really applied: another seed gives other hidden states
+        _, other, _, _ = _both_forwards(encoder, batch, seed=1)
+        assert (other[real] - unpadded[real]).abs().max().item() > 1e-2 * scale
+    encoder.train()
+
+
+def test_unpadded_forward_under_bf16_autocast(model, batch):
+    encoder = model.encoder.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        padded, unpadded, after_padded, after_unpadded = _both_forwards(encoder, batch)
+    real = batch["attention_mask"].bool()
+    assert unpadded.dtype == padded.dtype
+    # the same bf16 operations on the same rows; a bf16 ulp of slack for a kernel that blocks rows differently
+    scale = padded[real].float().abs().max().item()
+    assert (unpadded[real].float() - padded[real].float()).abs().max().item() <= 2e-2 * scale
+    assert torch.equal(after_unpadded, after_padded)
+
+
+def test_unpadded_forward_with_token_types_and_without_padding(model, batch):
+    encoder = model.encoder.train()
+    token_types = torch.zeros_like(batch["input_ids"])
+    token_types[:, 3:] = 1  # a second segment: the token-type embeddings are read, not the defaults
+    inputs = {**batch, "token_type_ids": token_types}
+    padded, unpadded, _, _ = _both_forwards(encoder, inputs)
+    real = batch["attention_mask"].bool()
+    assert (unpadded[real] - padded[real]).abs().max().item() <= 1e-5 * padded[real].abs().max().item()
+    full = {name: value[:, :4] for name, value in batch.items()}  # every sentence has >= 4 tokens: no padding
+    assert full["attention_mask"].all()
+    padded, unpadded, _, _ = _both_forwards(encoder, full)
+    assert (unpadded - padded).abs().max().item() <= 1e-5 * padded.abs().max().item()
+
+
+def test_eager_attention_is_reproduced_too(one_thread):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, attn_implementation="eager")  # fmt: skip
+    encoder = BertModel(config).train()  # dropout 0.1 in attention and hidden states
+    assert encoder.config._attn_implementation == "eager" and supports_unpadded(encoder)
+    input_ids = torch.randint(1, 50, (5, 9))
+    attention_mask = (torch.arange(9) < torch.tensor([[9], [3], [7], [1], [5]])).long()
+    padded, unpadded, after_padded, after_unpadded = _both_forwards(
+        encoder, {"input_ids": input_ids, "attention_mask": attention_mask}
+    )
+    real = attention_mask.bool()
+    assert (unpadded[real] - padded[real]).abs().max().item() <= 1e-5 * padded[real].abs().max().item()
+    assert torch.equal(after_unpadded, after_padded)
+
+
+def test_other_encoders_and_compiled_models_keep_their_own_forward(model):
+    from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
+
+    roberta = RobertaModel(RobertaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         intermediate_size=64))  # fmt: skip
+    decoder = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                   intermediate_size=64, is_decoder=True))  # fmt: skip
+    assert not supports_unpadded(roberta) and not supports_unpadded(decoder)
+    other = SimCSEModel(roberta, model.tokenizer, pooler="avg")
+    assert other.use_unpadded_training() is False and other.unpadded_training is False
+    assert model.use_unpadded_training(False) is False
+    assert model.use_unpadded_training() is True
+    model._training_forward = object()  # as compile_training_forward() leaves it
+    try:
+        assert model.use_unpadded_training() is False  # the compiled forward is the HF one: no silent bypass
+    finally:
+        model._training_forward = None
+        model.use_unpadded_training(False)
+
+
+@pytest.mark.parametrize("length_chunks", [1, 4])
+def test_a_training_step_is_unchanged(model, batch, length_chunks):
+    """The trainer's forward and backward (dropout on, WEINCE, length chunks): the same loss and gradients."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
+    results = {}
+    for unpadded in (False, True):
+        model.train().use_unpadded_training(unpadded)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(3)
+        loss, _ = forward_backward(model, batch, objective, accelerator, length_chunks=length_chunks)
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results[unpadded] = (loss.item(), grads)
+    model.use_unpadded_training(False)
+    model.zero_grad(set_to_none=True)
+    assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
+    assert_grads_close(results[True][1], results[False][1])
