@@ -32,6 +32,9 @@ def supports_unpadded(encoder: nn.Module) -> bool:
         and not getattr(config, "add_cross_attention", False)
         and getattr(config, "position_embedding_type", "absolute") == "absolute"
         and not getattr(config, "chunk_size_feed_forward", 0)
+        # the pieces this forward calls (private to transformers: a release that renames them falls back)
+        and hasattr(encoder, "_create_attention_masks")
+        and all(hasattr(layer.attention.self, "scaling") for layer in encoder.encoder.layer)
     )
 
 
