@@ -138,3 +138,34 @@ def test_a_training_step_is_unchanged(model, batch, length_chunks):
     model.zero_grad(set_to_none=True)
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
     assert_grads_close(results[True][1], results[False][1])
+
+
+def test_chunks_look_up_the_word_embeddings_once(model, batch):
+    """With the unpadded layers the length chunks share one word-embedding lookup (so the vocabulary-sized gradient
+    is built once a step, not once a chunk); the padded forward keeps one per chunk. Same embeddings either way."""
+    lookups = []
+    hook = model.encoder.get_input_embeddings().register_forward_hook(lambda *unused: lookups.append(1))
+    embeddings = {}
+    try:
+        for unpadded in (False, True):
+            model.train().use_unpadded_training(unpadded)
+            lookups.clear()
+            torch.manual_seed(5)
+            first, second = model(**batch, num_views=2, length_chunks=4)
+            embeddings[unpadded] = torch.cat([first, second]).detach()
+            assert len(lookups) == (1 if unpadded else 4)
+    finally:
+        hook.remove()
+        model.use_unpadded_training(False)
+    torch.testing.assert_close(embeddings[True], embeddings[False], rtol=1e-5, atol=1e-5 * embeddings[False].abs().max())
+
+
+def test_unpadded_forward_from_looked_up_word_embeddings(model, batch):
+    encoder = model.encoder.train()
+    words = encoder.get_input_embeddings()(batch["input_ids"])
+    torch.manual_seed(0)
+    from_ids = unpadded_bert_forward(encoder, **batch)
+    torch.manual_seed(0)
+    rest = {name: value for name, value in batch.items() if name != "input_ids"}
+    from_embeddings = unpadded_bert_forward(encoder, inputs_embeds=words, **rest)
+    assert torch.equal(from_ids, from_embeddings)

@@ -87,6 +87,9 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=6, help="profiled steps of each")
     parser.add_argument("--bf16", action="store_true", help="under bf16 autocast (only meaningful where native)")
     parser.add_argument("--length-chunks", default="auto")
+    parser.add_argument(
+        "--padded-layers", action="store_true", help="our encoder's Hugging Face forward (not the unpadded layers)"
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--top", type=int, default=12, help="also list this many costliest ops of each")
     args = parser.parse_args(argv)
@@ -116,6 +119,7 @@ def main(argv=None) -> None:
     path = str(get_model_path())
 
     ours = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg", dropout=0.1).train()
+    ours.use_unpadded_training(not args.padded_layers)  # as the trainer does (unpadded_layers, on by default)
     ours_optimizer = torch.optim.AdamW(ours.parameters(), lr=3e-5, fused=True)
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
     collate = PaddingCollator(ours.tokenizer.pad_token_id)

@@ -229,6 +229,12 @@ MUTATIONS = (
         ("tests/test_unpadded.py",), "issue 26: padded rows must come back as zeros and never be computed",
     ),
     Mutation(
+        "unpadded layers: every length chunk looks up the word embeddings again", "simcse_weince/text/model.py",
+        (("        if self.training and self.unpadded_training:\n            # the word embeddings looked up once",
+          "        if False:\n            # the word embeddings looked up once"),),
+        ("tests/test_unpadded.py", "-k", "once"), "issue 26: the vocabulary-sized gradient built once a step",
+    ),
+    Mutation(
         "trainer: unpadded_layers never applied", TRAIN,
         (("        model.use_unpadded_training(config.unpadded_layers)",
           "        model.use_unpadded_training(False)"),),

@@ -61,17 +61,18 @@ def _pad(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple) -> torch.T
 
 
 def unpadded_bert_forward(
-    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids=None
+    encoder: nn.Module, input_ids=None, *, attention_mask: torch.Tensor, token_type_ids=None, inputs_embeds=None
 ) -> torch.Tensor:
     """``encoder(input_ids, attention_mask, token_type_ids).last_hidden_state``, computed with the linear layers,
-    layer norms and activations on the real tokens only. Padding positions of the result are zero."""
+    layer norms and activations on the real tokens only. Padding positions of the result are zero.
+    ``inputs_embeds`` (the word embeddings of ``input_ids``, looked up by the caller) may replace ``input_ids``."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.bert.modeling_bert import eager_attention_forward
 
-    padded_shape = tuple(input_ids.shape)
+    padded_shape = tuple(attention_mask.shape)
     real = attention_mask.reshape(-1).nonzero().squeeze(1)  # row index of every real token in (batch * length)
     # the embeddings at the padded shape: gathers and one layer norm, and their dropout draws its mask there
-    embeddings = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+    embeddings = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
     mask, _ = encoder._create_attention_masks(attention_mask, None, embeddings, None, None)
     hidden = embeddings.reshape(-1, embeddings.shape[-1]).index_select(0, real)
     attention = ALL_ATTENTION_FUNCTIONS.get_interface(encoder.config._attn_implementation, eager_attention_forward)
