@@ -15,6 +15,10 @@ Steps alternate between the two (after one warm-up step each), so machine load h
 put in a category by name (attention, matmuls, layer norm + GELU, casts, other kernels) or by the phase it ran in
 (collate/tokenize, loss, clip, optimizer); "Python and dispatch" is the step's wall time minus the ops' self time
 on the calling thread. The table gives milliseconds per step and shares.
+
+Read each column's shares, not the ratio between the columns: with both models in one process, alternating,
+sentence-transformers' step runs slower than alone (2.7-3.3 s against 2.4 s on a 2-core Zen 4;
+docs/performance.md, section 8). ``scripts/benchmarks/bench_train.py`` measures the ratio.
 """
 
 from __future__ import annotations
