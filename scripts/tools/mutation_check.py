@@ -230,7 +230,7 @@ MUTATIONS = (
     ),
     Mutation(
         "unpadded layers: every length chunk looks up the word embeddings again", "simcse_weince/text/model.py",
-        (("        if self.training and self.unpadded_training:\n            # the word embeddings looked up once",
+        (("        if self._runs_unpadded:\n            # the word embeddings looked up once",
           "        if False:\n            # the word embeddings looked up once"),),
         ("tests/test_unpadded.py", "-k", "once"), "issue 26: the vocabulary-sized gradient built once a step",
     ),

@@ -109,11 +109,16 @@ class SimCSEModel(nn.Module):
         self.unpadded_training = bool(enabled and self._training_forward is None and supports_unpadded(self.encoder))
         return self.unpadded_training
 
+    @property
+    def _runs_unpadded(self) -> bool:
+        """Whether :meth:`_encoder_forward` runs the unpadded forward now (training, enabled, nothing compiled)."""
+        return self.training and self.unpadded_training and self._training_forward is None
+
     def _encoder_forward(self, **inputs) -> torch.Tensor:
         """The encoder's last hidden state (padded positions of the unpadded forward are zero)."""
         if self.training and self._training_forward is not None:
             return self._training_forward(**inputs).last_hidden_state
-        if self.training and self.unpadded_training:
+        if self._runs_unpadded:
             from simcse_weince.text.unpadded import unpadded_bert_forward
 
             return unpadded_bert_forward(self.encoder, **inputs)
@@ -220,7 +225,7 @@ class SimCSEModel(nn.Module):
     def _encode_length_sorted(self, inputs: dict, length_chunks: int) -> torch.Tensor:
         """Training-pooler embeddings of ``inputs``, encoded in ``length_chunks`` length-sorted chunks."""
         order = torch.argsort(inputs["attention_mask"].sum(dim=1), descending=True, stable=True)
-        if self.training and self.unpadded_training:
+        if self._runs_unpadded:
             # the word embeddings looked up once for all chunks (the same vectors): their backward then fills and
             # adds the (vocabulary x width) gradient once a step instead of once a chunk (11.7M floats for
             # MiniLM's 30,522 x 384; 1.05x a step on 2 CPU cores, docs/performance.md)
