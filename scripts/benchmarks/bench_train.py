@@ -8,7 +8,7 @@ one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. T
 second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
 evaluation are excluded.
 
-Each round measures eight configurations:
+Each round measures nine configurations:
 
 - ``st fp32`` / ``st bf16``: sentence-transformers' trainer, fp32 (its default) and ``bf16=True``;
 - ``ours fp32 padded`` / ``ours bf16 padded``: our trainer with one forward padded to the longest sentence and the
@@ -16,11 +16,13 @@ Each round measures eight configurations:
 - ``ours fp32 chunked`` / ``ours bf16 chunked``: fp32's number of length-sorted chunks (4), still the Hugging Face
   forward in each (``unpadded_layers=False``: the default before the unpadded layers);
 - ``ours fp32`` / ``ours bf16``: our trainer's defaults (``length_chunks`` ``auto``, ``unpadded_layers``: the
-  linear layers on the real tokens only), ``--mixed-precision no`` / ``bf16``.
+  linear layers on the real tokens only; ``onednn_linear`` ``auto``: fp32 linear layers through oneDNN on AMD
+  CPUs), ``--mixed-precision no`` / ``bf16``;
+- ``ours fp32 no onednn``: ``ours fp32`` with ``onednn_linear=False`` (torch's own fp32 linear layers, MKL's sgemm).
 
 and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
 (fp32 and bf16), the gain of length-sorted chunks alone and of the unpadded linear layers alone (fp32 and bf16), of
-bf16 alone, and out of the box against out of the box (our default ``--mixed-precision auto`` against
+the oneDNN linear layers alone (fp32), of bf16 alone, and out of the box against out of the box (our default ``--mixed-precision auto`` against
 sentence-transformers' default fp32).
 
 Usage::
@@ -71,6 +73,7 @@ def run_ours(
     length_chunks: int,
     compile=False,
     unpadded_layers=True,
+    onednn_linear="auto",
 ) -> float:
     from simcse_weince.text.config import preset
     from simcse_weince.text.train import train
@@ -94,6 +97,7 @@ def run_ours(
         length_chunks=length_chunks,
         compile=compile,
         unpadded_layers=unpadded_layers,
+        onednn_linear=onednn_linear,
         output_dir=str(workdir / "ours"),
     )
     results = train(config, overwrite=True)
@@ -195,9 +199,11 @@ def main() -> None:
     )
     from simcse_weince.precision import resolve_mixed_precision
     from simcse_weince.text.config import TrainConfig, resolve_length_chunks
+    from simcse_weince.text.onednn_linear import resolve_onednn_linear
 
     chunks = TrainConfig.length_chunks  # the trainer's default ("auto": by precision and CPU)
     auto = resolve_mixed_precision("auto", "cpu")
+    onednn_auto = "on" if resolve_onednn_linear("auto", "cpu") else "off"
     fp32_chunks = resolve_length_chunks(chunks, "no")
     bf16_chunks = resolve_length_chunks(chunks, "bf16", "cpu")  # auto's choice: one of the two bf16 runs below
     # "padded" and "chunked" run the linear layers on the padding too (the Hugging Face forward, unpadded_layers
@@ -211,6 +217,9 @@ def main() -> None:
             args.model, sentences_file, args, workdir, "no", fp32_chunks, unpadded_layers=False
         ),
         "ours fp32": lambda: run_ours(args.model, sentences_file, args, workdir, "no", chunks),
+        "ours fp32 no onednn": lambda: run_ours(
+            args.model, sentences_file, args, workdir, "no", chunks, onednn_linear=False
+        ),
         "ours bf16 padded": lambda: run_ours(
             args.model, sentences_file, args, workdir, "bf16", 1, unpadded_layers=False
         ),
@@ -266,7 +275,13 @@ def main() -> None:
             "ours bf16 padded",
             None,
         ),
-        (f"unpadded linear layers alone (fp32, {fp32_chunks} chunks)", "ours fp32", "ours fp32 chunked", None),
+        (
+            f"unpadded linear layers alone (fp32, {fp32_chunks} chunks)",
+            "ours fp32 no onednn",
+            "ours fp32 chunked",
+            None,
+        ),
+        (f"oneDNN linear layers alone (fp32; auto -> {onednn_auto} here)", "ours fp32", "ours fp32 no onednn", None),
         (f"unpadded linear layers alone (bf16, {bf16_chunks} chunk(s))", "ours bf16", same_chunks_padded_layers, None),
         ("bf16 alone (ours, bf16 vs fp32, defaults)", "ours bf16", "ours fp32", None),
         ("ours compiled / sentence-transformers, both bf16 (steady state)", "ours bf16 compiled", "st bf16", 1.3),
@@ -275,7 +290,7 @@ def main() -> None:
     ]
     print(f"\nmedians over {args.rounds} interleaved rounds (sentences/s):")
     for name, values in rates.items():
-        print(f"  {name:<18} {statistics.median(values):7.1f}")
+        print(f"  {name:<19} {statistics.median(values):7.1f}")
     print("ratios (median of the per-round ratios):")
     for label, numerator, denominator, goal in comparisons:
         if numerator not in rates or denominator not in rates:

@@ -79,6 +79,9 @@ class TrainConfig:
     # and dropout masks as the padded forward, less arithmetic; text/unpadded.py); other encoders, and --compile,
     # use the model's own forward
     unpadded_layers: bool = True
+    # fp32 steps of that unpadded forward run the linear layers through oneDNN instead of MKL's sgemm (the same
+    # products summed in another order; text/onednn_linear.py); auto: on AMD CPUs, where it was measured faster
+    onednn_linear: bool | Literal["auto"] = "auto"
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
     # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)

@@ -91,6 +91,7 @@ class SimCSEModel(nn.Module):
         # so that the state dict (checkpoints, export) keeps the encoder's own keys
         self._training_forward = None
         self.unpadded_training = False  # set by use_unpadded_training()
+        self.onednn_linear = False  # set by use_onednn_linear(): the unpadded forward's fp32 linear layers by oneDNN
 
     def compile_training_forward(self) -> None:
         """``torch.compile`` the encoder's forward for training (inductor, dynamic shapes, so the length chunks'
@@ -109,6 +110,14 @@ class SimCSEModel(nn.Module):
         self.unpadded_training = bool(enabled and self._training_forward is None and supports_unpadded(self.encoder))
         return self.unpadded_training
 
+    def use_onednn_linear(self, enabled: bool = True) -> bool:
+        """Run the unpadded training forward's fp32 linear layers through oneDNN
+        (:mod:`simcse_weince.text.onednn_linear`; decide with ``resolve_onednn_linear``). Applies only with the
+        unpadded forward, and only to fp32 steps (autocast steps keep torch's own bf16 kernels). Returns whether
+        it applies."""
+        self.onednn_linear = bool(enabled and self.unpadded_training)
+        return self.onednn_linear
+
     @property
     def _runs_unpadded(self) -> bool:
         """Whether :meth:`_encoder_forward` runs the unpadded forward now (training, enabled, nothing compiled)."""
@@ -121,7 +130,7 @@ class SimCSEModel(nn.Module):
         if self._runs_unpadded:
             from simcse_weince.text.unpadded import unpadded_bert_forward
 
-            return unpadded_bert_forward(self.encoder, **inputs)
+            return unpadded_bert_forward(self.encoder, **inputs, onednn_linear=self.onednn_linear)
         return self.encoder(**inputs).last_hidden_state
 
     @classmethod

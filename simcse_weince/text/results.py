@@ -153,6 +153,7 @@ def export_results(
             "mixed_precision": run.mixed_precision,  # the precision used (config.mixed_precision may say auto)
             "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
             "unpadded_layers": model.unpadded_training,  # applied (config.unpadded_layers asks; BERT only)
+            "onednn_linear": model.onednn_linear,  # applied (config.onednn_linear asks; fp32 unpadded steps only)
             **run.timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
             "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),

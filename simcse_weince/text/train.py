@@ -33,6 +33,7 @@ import torch
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
+from simcse_weince.text.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.results import (
     DevSelection,
     TrainingRows,
@@ -97,6 +98,10 @@ class TextTask:
         if config.compile:
             model.compile_training_forward()
         model.use_unpadded_training(config.unpadded_layers)
+        device_type = run.accelerator.device.type
+        model.use_onednn_linear(
+            run.mixed_precision == "no" and resolve_onednn_linear(config.onednn_linear, device_type)
+        )
         total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -148,6 +153,7 @@ class TextTask:
             f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
             f"{config.gradient_accumulation_steps}, {self.length_chunks} length chunk(s)"
             + (", linear layers on real tokens only" if self.unwrapped.unpadded_training else "")
+            + (" (fp32 by oneDNN)" if self.unwrapped.onednn_linear else "")
             + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
         )
 

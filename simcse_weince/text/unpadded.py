@@ -61,13 +61,25 @@ def _pad(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple) -> torch.T
 
 
 def unpadded_bert_forward(
-    encoder: nn.Module, input_ids=None, *, attention_mask: torch.Tensor, token_type_ids=None, inputs_embeds=None
+    encoder: nn.Module,
+    input_ids=None,
+    *,
+    attention_mask: torch.Tensor,
+    token_type_ids=None,
+    inputs_embeds=None,
+    onednn_linear: bool = False,
 ) -> torch.Tensor:
     """``encoder(input_ids, attention_mask, token_type_ids).last_hidden_state``, computed with the linear layers,
     layer norms and activations on the real tokens only. Padding positions of the result are zero.
-    ``inputs_embeds`` (the word embeddings of ``input_ids``, looked up by the caller) may replace ``input_ids``."""
+    ``inputs_embeds`` (the word embeddings of ``input_ids``, looked up by the caller) may replace ``input_ids``.
+    ``onednn_linear``: fp32 linear layers through oneDNN (:mod:`simcse_weince.text.onednn_linear`)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.bert.modeling_bert import eager_attention_forward
+
+    from simcse_weince.text.onednn_linear import linear
+
+    def dense(layer: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        return linear(layer, tokens, onednn=onednn_linear)
 
     padded_shape = tuple(attention_mask.shape)
     real = attention_mask.reshape(-1).nonzero().squeeze(1)  # row index of every real token in (batch * length)
@@ -80,7 +92,7 @@ def unpadded_bert_forward(
         self_attention = layer.attention.self
         heads = (*padded_shape, -1, self_attention.attention_head_size)
         query, key, value = (
-            _pad(projection(hidden), real, padded_shape).view(heads).transpose(1, 2)
+            _pad(dense(projection, hidden), real, padded_shape).view(heads).transpose(1, 2)
             for projection in (self_attention.query, self_attention.key, self_attention.value)
         )
         context, _ = attention(
@@ -89,9 +101,10 @@ def unpadded_bert_forward(
         )  # fmt: skip
         context = context.reshape(-1, self_attention.all_head_size).index_select(0, real)
         output = layer.attention.output
-        attended = output.dense(context)
+        attended = dense(output.dense, context)
         hidden = output.LayerNorm(_dropout(attended, real, padded_shape, output.dropout) + hidden)
-        intermediate = layer.intermediate.intermediate_act_fn(layer.intermediate.dense(hidden))
+        intermediate = layer.intermediate.intermediate_act_fn(dense(layer.intermediate.dense, hidden))
         output = layer.output
-        hidden = output.LayerNorm(_dropout(output.dense(intermediate), real, padded_shape, output.dropout) + hidden)
+        projected = dense(output.dense, intermediate)
+        hidden = output.LayerNorm(_dropout(projected, real, padded_shape, output.dropout) + hidden)
     return _pad(hidden, real, padded_shape)
