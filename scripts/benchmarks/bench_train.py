@@ -21,9 +21,9 @@ Each round measures nine configurations:
 - ``ours fp32 no onednn``: ``ours fp32`` with ``onednn_linear=False`` (torch's own fp32 linear layers, MKL's sgemm).
 
 and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
-(fp32 and bf16), the gain of length-sorted chunks alone and of the unpadded linear layers alone (fp32 and bf16), of
-the oneDNN linear layers alone (fp32), of bf16 alone, and out of the box against out of the box (our default ``--mixed-precision auto`` against
-sentence-transformers' default fp32).
+(fp32 and bf16), the gain of length-sorted chunks alone and of the unpadded linear layers alone (fp32 and bf16),
+of the oneDNN linear layers alone (fp32), of bf16 alone, and out of the box against out of the box (our default
+``--mixed-precision auto`` against sentence-transformers' default fp32).
 
 Usage::
 
