@@ -14,6 +14,7 @@ from train_helpers import make_tiny_model, write_train_file
 from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
 from simcse_weince.text.config import preset
+from simcse_weince.text.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.train import train
 
 
@@ -144,7 +145,11 @@ def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_fil
     assert results["mixed_precision"] == "no" and results["evaluation_precision"] == "fp32"
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.float32}
     assert "precision `fp32`" in (tmp_path / "fp32" / "README.md").read_text()
+    # fp32 steps of the unpadded forward: oneDNN's linear layers where auto says so (AMD CPUs)
+    assert results["unpadded_layers"] and results["onednn_linear"] is resolve_onednn_linear("auto", "cpu")
 
-    results, dtypes = _run(tiny_model, train_file, tmp_path / "eval-bf16", mixed_precision="no", eval_bf16=True)
-    assert results["evaluation_precision"] == "bf16"
+    results, dtypes = _run(
+        tiny_model, train_file, tmp_path / "eval-bf16", mixed_precision="no", eval_bf16=True, onednn_linear=False
+    )
+    assert results["evaluation_precision"] == "bf16" and results["onednn_linear"] is False  # turned off
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.bfloat16}

@@ -10,9 +10,13 @@ from train_helpers import assert_grads_close
 
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
+from simcse_weince.text.onednn_linear import onednn_linear_available
 from simcse_weince.text.train import forward_backward
 from simcse_weince.text.unpadded import supports_unpadded, unpadded_bert_forward
 from simcse_weince.training.objective import ContrastiveObjective
+
+#: the oneDNN cases run where this torch has the op; elsewhere they repeat torch's own linear layers
+ONEDNN = onednn_linear_available()
 
 
 @pytest.fixture(scope="module")
@@ -29,21 +33,22 @@ def batch(model, wiki_sentences):
     return batch
 
 
-def _both_forwards(encoder, batch, seed=0):
+def _both_forwards(encoder, batch, seed=0, onednn_linear=False):
     """The padded and the unpadded last hidden state from the same seed, and the random state after each."""
     torch.manual_seed(seed)
     padded = encoder(**batch).last_hidden_state
     after_padded = torch.get_rng_state()
     torch.manual_seed(seed)
-    unpadded = unpadded_bert_forward(encoder, **batch)
+    unpadded = unpadded_bert_forward(encoder, **batch, onednn_linear=onednn_linear)
     return padded, unpadded, after_padded, torch.get_rng_state()
 
 
+@pytest.mark.parametrize("onednn_linear", [False, ONEDNN], ids=["torch-linear", "onednn-linear"])
 @pytest.mark.parametrize("training", [True, False], ids=["dropout", "eval"])
-def test_unpadded_forward_equals_the_padded_one(model, batch, training):
+def test_unpadded_forward_equals_the_padded_one(model, batch, training, onednn_linear):
     encoder = model.encoder.train(training)
     assert supports_unpadded(encoder) and encoder.config.hidden_dropout_prob > 0
-    padded, unpadded, after_padded, after_unpadded = _both_forwards(encoder, batch)
+    padded, unpadded, after_padded, after_unpadded = _both_forwards(encoder, batch, onednn_linear=onednn_linear)
     real = batch["attention_mask"].bool()
     scale = padded[real].abs().max().item()
     assert (unpadded[real] - padded[real]).abs().max().item() <= 1e-5 * scale
@@ -119,22 +124,34 @@ def test_other_encoders_and_compiled_models_keep_their_own_forward(model):
         model.use_unpadded_training(False)
 
 
+@pytest.mark.parametrize("onednn_linear", [False, ONEDNN], ids=["torch-linear", "onednn-linear"])
 @pytest.mark.parametrize("length_chunks", [1, 4])
-def test_a_training_step_is_unchanged(model, batch, length_chunks):
-    """The trainer's forward and backward (dropout on, WEINCE, length chunks): the same loss and gradients."""
+def test_a_training_step_is_unchanged(model, batch, length_chunks, onednn_linear, monkeypatch):
+    """The trainer's forward and backward (dropout on, WEINCE, length chunks): the same loss and gradients, with
+    torch's fp32 linear layers and with oneDNN's."""
     from accelerate import Accelerator
 
+    from simcse_weince.text import onednn_linear as onednn_module
+
+    onednn_calls = []
+    original = onednn_module._linear_pointwise
+    monkeypatch.setattr(onednn_module, "_linear_pointwise", lambda *args: onednn_calls.append(1) or original(*args))
     accelerator = Accelerator(cpu=True)
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
     results = {}
     for unpadded in (False, True):
         model.train().use_unpadded_training(unpadded)
+        assert model.use_onednn_linear(onednn_linear) is (unpadded and onednn_linear)  # only with the unpadded one
         model.zero_grad(set_to_none=True)
         torch.manual_seed(3)
         loss, _ = forward_backward(model, batch, objective, accelerator, length_chunks=length_chunks)
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         results[unpadded] = (loss.item(), grads)
+    # 6 layers x 6 linear layers x chunks: a forward each, and an input gradient each (the first query, key and
+    # value projections' inputs are the embeddings, which need one too)
+    assert len(onednn_calls) == (2 * 36 * length_chunks if onednn_linear else 0)
     model.use_unpadded_training(False)
+    model.use_onednn_linear(False)
     model.zero_grad(set_to_none=True)
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
     assert_grads_close(results[True][1], results[False][1])

@@ -241,6 +241,21 @@ MUTATIONS = (
         ("tests/test_train.py", "-k", "end_to_end"), "issue 26: the default trains with unpadded linear layers",
     ),
     Mutation(
+        "oneDNN linear: the bias gradient dropped", "simcse_weince/text/onednn_linear.py",
+        (("            grad_bias = grad.sum(0)", "            grad_bias = torch.zeros_like(grad[0])"),),
+        ("tests/test_onednn_linear.py",), "issue 26: the same gradients as torch's linear layer",
+    ),
+    Mutation(
+        "oneDNN linear: auto turns it on for every CPU", "simcse_weince/text/onednn_linear.py",
+        (('cpu_vendor() == "AuthenticAMD"', "cpu_vendor() is not None"),),
+        ("tests/test_onednn_linear.py", "-k", "auto"), "issue 26: measured faster on AMD CPUs only",
+    ),
+    Mutation(
+        "oneDNN linear: applied under bf16 autocast too", "simcse_weince/text/onednn_linear.py",
+        (('        and not torch.is_autocast_enabled("cpu")\n', ""),),
+        ("tests/test_onednn_linear.py", "-k", "does_not_apply"), "issue 26: autocast keeps torch's bf16 kernels",
+    ),
+    Mutation(
         "compile: --compile leaves the encoder eager", TRAIN,
         (("        if config.compile:\n            model.compile_training_forward()",
           "        if False:\n            pass"),),

@@ -56,13 +56,25 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_rows, grad_weight, grad_bias
 
 
+def _has_hooks(layer: nn.Module) -> bool:
+    """Whether calling ``layer`` would run hooks (its own or global ones), which bypassing it would skip."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(
+        layer._forward_hooks
+        or layer._forward_pre_hooks
+        or getattr(torch_module, "_global_forward_hooks", None)
+        or getattr(torch_module, "_global_forward_pre_hooks", None)
+    )
+
+
 def linear(layer: nn.Module, rows: torch.Tensor, *, onednn: bool) -> torch.Tensor:
-    """``layer(rows)``; through oneDNN when ``onednn`` and it applies (a plain ``nn.Linear`` without hooks, fp32
+    """``layer(rows)``; through oneDNN when ``onednn`` and it applies (a plain ``nn.Linear`` and no hooks, fp32
     rows and weights on the CPU, 2-D and non-empty, no autocast)."""
     if (
         onednn
         and type(layer) is nn.Linear
-        and not (layer._forward_hooks or layer._forward_pre_hooks)
+        and not _has_hooks(layer)
         and rows.dim() == 2
         and rows.shape[0] > 0
         and rows.device.type == "cpu"
