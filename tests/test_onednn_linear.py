@@ -136,3 +136,18 @@ def test_cpu_vendor_reads_the_vendor_id():
     vendors = {line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                if line.startswith("vendor_id")}  # fmt: skip
     assert cpu_vendor() in vendors and len(vendors) == 1
+
+
+@needs_onednn
+def test_the_benchmark_script_runs_at_a_small_size(data_dir):
+    import subprocess
+    import sys
+
+    from train_helpers import REPO_ROOT, subprocess_env
+
+    command = [sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_onednn_linear.py"), "--pairs", "1",
+               "--rows", "16", "--layer-repeats", "2", "--data-dir", str(data_dir)]  # fmt: skip
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "layers alone (16 rows, forward + backward): torch / oneDNN" in result.stdout
+    assert "our forward + backward (1 pairs)" in result.stdout and "ahead in" in result.stdout

@@ -32,6 +32,7 @@ from collections import defaultdict
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+ONEDNN_LINEAR = "mkldnn::_linear_pointwise"  # our fp32 linear layers with --onednn-linear
 PHASES = ("collate", "forward", "loss", "backward", "clip", "optimizer")
 CATEGORIES = (
     "attention",
@@ -54,7 +55,7 @@ def op_category(name: str, phase: str | None) -> str:
         return phase
     if "scaled_dot_product" in name or "_flash_attention" in name or "softmax" in name or name == "aten::bmm":
         return "attention"
-    if name in ("aten::addmm", "aten::mm", "aten::matmul", "aten::linear", "aten::baddbmm"):
+    if name in ("aten::addmm", "aten::mm", "aten::matmul", "aten::linear", "aten::baddbmm", ONEDNN_LINEAR):
         return "matmuls (linear layers)"
     if "layer_norm" in name or "gelu" in name:
         return "layer norm + GELU"
@@ -78,7 +79,7 @@ def breakdown(prof, wall_seconds: float, ops: dict[str, float]) -> dict[str, flo
     main_thread = next(event.thread for event in events if event.name in PHASES)  # the step's own thread
     totals: dict[str, float] = defaultdict(float)
     for event in events:
-        if not event.name.startswith("aten::") or event.thread != main_thread:
+        if not event.name.startswith(("aten::", "mkldnn::")) or event.thread != main_thread:
             continue
         totals[op_category(event.name, phase_of(event))] += event.self_cpu_time_total / 1e3
         ops[event.name] += event.self_cpu_time_total / 1e3
@@ -94,6 +95,10 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--padded-layers", action="store_true", help="our encoder's Hugging Face forward (not the unpadded layers)"
     )
+    parser.add_argument(
+        "--onednn-linear", default="auto", choices=("auto", "true", "false"),
+        help="our fp32 linear layers through oneDNN, as the trainer's --onednn-linear (default auto)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--top", type=int, default=12, help="also list this many costliest ops of each")
     args = parser.parse_args(argv)
@@ -109,6 +114,7 @@ def main(argv=None) -> None:
     from simcse_weince.text.config import resolve_length_chunks
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
+    from simcse_weince.text.onednn_linear import resolve_onednn_linear
     from simcse_weince.training.objective import ContrastiveObjective
 
     if args.threads:
@@ -124,6 +130,8 @@ def main(argv=None) -> None:
 
     ours = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg", dropout=0.1).train()
     ours.use_unpadded_training(not args.padded_layers)  # as the trainer does (unpadded_layers, on by default)
+    onednn = args.onednn_linear if args.onednn_linear == "auto" else args.onednn_linear == "true"
+    ours.use_onednn_linear(not args.bf16 and resolve_onednn_linear(onednn, "cpu"))  # as the trainer (fp32 only)
     ours_optimizer = torch.optim.AdamW(ours.parameters(), lr=3e-5, fused=True)
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
     collate = PaddingCollator(ours.tokenizer.pad_token_id)
@@ -185,6 +193,7 @@ def main(argv=None) -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{'bf16 autocast (' + native + ')' if args.bf16 else 'fp32'}, our length chunks {chunks}, "
+        f"our fp32 linear layers by {'oneDNN' if ours.onednn_linear else 'torch'}, "
         f"{args.steps} profiled steps each, alternating; ms per step (share)\n"
     )
     print("| | ours | sentence-transformers |\n|---|---:|---:|")
