@@ -310,8 +310,9 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     The logit's slope in s is ``(1 - lambda_i) / tau + lambda_i beta_i / (1 - s)`` (without the second term where
     1 - s is floored at eps), so the gradient is ``(softmax - one-hot) * slope / A``. Autograd through
     :func:`weince_logits` would keep half a dozen A x C intermediates and make a dozen passes over them; this keeps
-    the log-probabilities and the slope, and the backward makes three passes: with the float64 similarities and
-    the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE on a CPU (``scripts/benchmarks/bench_loss.py``).
+    the logits (which it returns anyway) and the slope, and the backward makes three passes (softmax, the slope and
+    the scale): with the float64 similarities and the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE
+    on a CPU (``scripts/benchmarks/bench_loss.py``).
     ``infonce_scale`` = (1 - lambda) / tau and ``shortfall_scale`` = lambda beta are A x 1 columns.
     It computes :func:`weince_logits` followed by ``F.cross_entropy`` (a test compares both passes with autograd's).
     """
@@ -324,13 +325,15 @@ class _WeinceCrossEntropy(torch.autograd.Function):
         # d logit / d s, in place on the shortfalls; where 1 - s is floored at eps the shortfall term is constant:
         # the shortfall becomes inf there and 1 / inf = 0 drops it
         F.threshold_(shortfall, eps, math.inf)
-        slope = torch.addcdiv(infonce_scale, shortfall_scale, shortfall, out=shortfall)
+        # what addcdiv computes (lambda beta / (1 - s) + (1 - lambda) / tau), bit for bit, in two vectorised passes:
+        # torch's CPU addcdiv with A x 1 operands broadcast over A x C takes 3-4x as long
+        slope = torch.div(shortfall_scale, shortfall, out=shortfall).add_(infonce_scale)
         if layout.self_mask is not None:  # simclr: an anchor is not its own candidate
             logits.diagonal().fill_(-math.inf)
         log_probs = F.log_softmax(logits, dim=1)
         loss = log_probs[layout.rows, layout.positives].mean().neg()
         ctx.layout = layout
-        ctx.save_for_backward(log_probs, slope)
+        ctx.save_for_backward(logits, slope)  # the logits, not log_probs: see backward
         ctx.mark_non_differentiable(logits)
         ctx.set_materialize_grads(False)  # no A x C zeros for the logits' (absent) gradient
         return loss, logits
@@ -340,8 +343,10 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_logits):
         if grad_loss is None:
             return None, None, None, None, None, None
-        log_probs, slope = ctx.saved_tensors
-        grad = torch.exp(log_probs)  # softmax; the masked diagonal gives 0
+        logits, slope = ctx.saved_tensors
+        # softmax of the logits (the masked diagonal gives 0); on the CPU torch's softmax kernel takes about half the
+        # time of exp(log_probs), whose exp slows down on the large negative values of log-probabilities
+        grad = F.softmax(logits, dim=1)
         for offset in ctx.layout.positive_diagonals:  # minus the one-hot of the positives
             grad.diagonal(offset).sub_(1)
         return grad.mul_(slope).mul_(grad_loss / grad.shape[0]), None, None, None, None, None

@@ -301,6 +301,47 @@ def test_hardest_shortfalls_are_the_sorted_top_k(dtype):
     torch.testing.assert_close(_hardest_shortfalls(sims.clone(), 40, 1e-6, overwrite=True), expected, rtol=0, atol=0)
 
 
+PRESELECTION_CASES = ["cosines", "tie across the threshold", "equal values at the threshold", "nan", "padding"]
+
+
+@pytest.mark.parametrize("case", PRESELECTION_CASES)
+def test_float32_preselection_finds_the_float64_top_k(case, monkeypatch):
+    """Wide float64 rows find their top k through float32 roundings (numpy sorts 32-bit floats with vector
+    instructions, 64-bit ones without): the values must be exactly a float64 sort's, and a row where more than k
+    values round to the threshold (or a NaN) must send the batch to the float64 partition."""
+    from simcse_weince import weince_tail
+    from simcse_weince.weince_tail import _hardest_shortfalls, _largest_by_float32
+
+    generator = torch.Generator().manual_seed(11)
+    directions = F.normalize(torch.randn(600, 32, generator=generator, dtype=torch.float64), dim=1)
+    sims = directions[:40] @ directions[40:].T  # 40 x 560 cosines
+    sims[:, :40].diagonal().fill_(float("-inf"))
+    k = 56
+    threshold = sims[7].sort(descending=True).values[k - 1].item()
+    if case == "tie across the threshold":  # a new (k+1)-th value: the k-th's float32 rounding, but smaller
+        sims[7, sims[7].argsort()[0]] = threshold - 1e-13
+    elif case == "equal values at the threshold":
+        sims[7, sims[7].argsort()[0]] = threshold
+    elif case == "nan":
+        sims[7, 3] = float("nan")
+    elif case == "padding":  # fewer finite values than k in one row
+        sims[7, 10:] = float("-inf")
+    assert (sims.shape[1] >= weince_tail._FLOAT32_PRESELECTION_MIN_COLUMNS) and weince_tail._preselects_in_float32(sims)
+
+    calls = []
+    original = weince_tail._largest_by_float32
+    monkeypatch.setattr(weince_tail, "_largest_by_float32", lambda *a: calls.append(original(*a)) or calls[-1])
+    shortfalls = _hardest_shortfalls(sims, k, 1e-6)
+    assert (calls[0] is not None) == (case == "cosines")  # every other case falls back to the float64 partition
+    if case == "nan":  # NaN sorts last in both numpy and torch: it is the row's "largest" value either way
+        assert shortfalls[7, 0].isnan() and not shortfalls[[0, 8]].isnan().any()
+        return
+    expected = torch.rsub(sims.sort(dim=1, descending=True).values[:, :k], 1).clamp_min(1e-6)
+    torch.testing.assert_close(shortfalls, expected, rtol=0, atol=0)
+    if case == "cosines":
+        assert _largest_by_float32(sims, k).shape == (40, k)
+
+
 def test_degenerate_tail_falls_back_to_median():
     anchors, candidates = _views(2, 8)  # simclr with N = 2: 2 negatives per anchor, no regression possible
     loss, stats = weince_loss(anchors, candidates, temperature=0.5, geometry="simclr", return_stats=True)
@@ -444,3 +485,26 @@ def test_non_finite_embeddings_are_named(loss_fn):
     anchors[5, 0] = float("inf")
     with pytest.raises(ValueError, match=r"anchors rows \[5\]"):
         loss_fn(anchors, candidates, temperature=0.05)
+
+
+def test_float32_preselection_leaves_the_loss_bit_identical(monkeypatch):
+    """A simclr batch wide enough for the float32 preselection gives the same loss, statistics and gradients, bit
+    for bit, as the float64 partition."""
+    from simcse_weince import weince_tail
+
+    # 320 x 320 similarities, 318 negatives per anchor
+    anchors, candidates = _views(160, 32, seed=9, dtype=torch.float32)
+
+    def run():
+        a, c = anchors.clone().requires_grad_(True), candidates.clone().requires_grad_(True)
+        loss, stats = weince_loss(a, c, temperature=0.1, geometry="simclr", return_stats=True)
+        return loss, stats, torch.autograd.grad(loss, (a, c))
+
+    assert weince_tail._preselects_in_float32(torch.empty(1, 320, dtype=torch.float64))
+    loss, stats, grads = run()
+    monkeypatch.setattr(weince_tail, "_FLOAT32_PRESELECTION_MIN_COLUMNS", 10**9)
+    expected_loss, expected_stats, expected_grads = run()
+    assert torch.equal(loss, expected_loss)
+    for key in ("mixing_weight", "delta_aic", "rho", "beta_hat", "logits"):
+        assert torch.equal(stats[key], expected_stats[key]), key
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected_grads))

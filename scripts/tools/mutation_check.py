@@ -437,9 +437,24 @@ MUTATIONS = (
     ),
     Mutation(
         "core: the closed-form slope misses the shortfall term", CORE,
-        (("slope = torch.addcdiv(infonce_scale, shortfall_scale, shortfall, out=shortfall)",
+        (("slope = torch.div(shortfall_scale, shortfall, out=shortfall).add_(infonce_scale)",
           "slope = infonce_scale.expand_as(shortfall)"),),
         ("tests/test_weince_core.py", "-k", "hand_written_backward"), "the closed form against autograd's",
+    ),
+    Mutation(
+        "core: the float32 preselection keeps a tie across its threshold", TAIL,
+        (("    if selected.size != values.shape[0] * k:\n        return None\n", ""),),
+        ("tests/test_weince_core.py", "-k", "preselection"), "issue 26: exact only without ties",
+    ),
+    Mutation(
+        "core: the float32 preselection returns the float32 roundings", TAIL,
+        (("np.compress((rounded >= kth).ravel(), values.ravel())", "np.compress((rounded >= kth).ravel(), rounded.ravel())"),),  # noqa: E501
+        ("tests/test_weince_core.py", "-k", "preselection"), "issue 26: the tail statistics read float64 shortfalls",
+    ),
+    Mutation(
+        "core: the closed-form backward skips the softmax", CORE,
+        (("grad = F.softmax(logits, dim=1)", "grad = logits.clone()"),),
+        ("tests/test_weince_core.py", "-k", "hand_written_backward"), "issue 26: the backward recomputes the softmax",
     ),
     Mutation(
         "evaluation: batches sorted by characters although a tokenizer is given", ENCODERS,
