@@ -1,8 +1,9 @@
 """Run settings as dataclasses, read from YAML/JSON files and command-line flags: shared by every trainer.
 
-A trainer's config is a dataclass whose ``weince`` field holds a :class:`~simcse_weince.WeinceConfig`. Settings
-are applied as flat overrides (``{"batch_size": 32, "weince.quantile": 0.3}``; a WEINCE field may also be given
-by its short name, ``quantile``), each converted to the field's type, so a CLI string, a YAML value and a Python
+A trainer's config is a dataclass whose nested sections are dataclass fields: ``weince`` holds a
+:class:`~simcse_weince.WeinceConfig`, the text trainer's ``speed`` its fast path. Settings are applied as flat
+overrides (``{"batch_size": 32, "weince.quantile": 0.3}``; a section's field may also be given by its short name,
+``quantile``), each converted to the field's type, so a CLI string, a YAML value and a Python
 value go through one path. :func:`add_config_flags` makes one flag per field (``--batch-size``,
 ``--weince.quantile`` / ``--quantile``); :func:`overrides_from_args` collects the flags that were given.
 
@@ -21,7 +22,6 @@ import typing
 from pathlib import Path
 
 from simcse_weince.validation import describe_type
-from simcse_weince.weince_config import WeinceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -84,48 +84,65 @@ def convert_value(value, hint, name: str = "value"):
     return value
 
 
-def flatten_overrides(values: dict, prefix: str = "") -> dict:
+def config_sections(cls) -> dict[str, type]:
+    """The nested sections of a config class: each field whose type is a dataclass (``weince``: the loss's
+    :class:`~simcse_weince.WeinceConfig`; the text trainer's ``speed``), by field name."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    return {field.name: hints[field.name] for field in fields if dataclasses.is_dataclass(hints[field.name])}
+
+
+def flatten_overrides(values: dict, prefix: str = "", sections=("weince", "speed")) -> dict:
     """``{"weince": {"quantile": 0.3}}`` -> ``{"weince.quantile": 0.3}`` (config files may nest or use dots)."""
     flat = {}
     for key, value in values.items():
         key = str(key).replace("-", "_")
-        if key == "weince" and isinstance(value, dict):
-            flat.update(flatten_overrides(value, prefix="weince."))
+        if not prefix and key in sections and isinstance(value, dict):
+            flat.update(flatten_overrides(value, prefix=f"{key}."))
         else:
             flat[prefix + key] = value
     return flat
 
 
 def apply_overrides(config, overrides: dict, aliases: dict[str, str] | None = None):
-    """A new config of ``config``'s class with ``overrides`` (flat, ``weince.<field>`` for the loss) applied and
-    type-checked. ``aliases`` maps deprecated setting names to current ones (a warning names the new one)."""
+    """A new config of ``config``'s class with ``overrides`` (flat, ``<section>.<field>`` for a nested section)
+    applied and type-checked. A section's field may also be given by its short name (``quantile`` =
+    ``weince.quantile``, ``length_chunks`` = ``speed.length_chunks``). ``aliases`` maps deprecated setting names to
+    current ones (a warning names the new one)."""
     cls = type(config)
-    config_types, weince_types = typing.get_type_hints(cls), typing.get_type_hints(WeinceConfig)
-    values = {name: value for name, value in config.to_dict().items() if name != "weince"}
-    weince_values = dataclasses.asdict(config.weince)
-    for key, value in flatten_overrides(overrides).items():
+    config_types, sections = typing.get_type_hints(cls), config_sections(cls)
+    section_types = {name: typing.get_type_hints(section) for name, section in sections.items()}
+    short_names = {field: name for name, hints in section_types.items() for field in hints}
+    values = {name: value for name, value in config.to_dict().items() if name not in sections}
+    section_values = {name: dataclasses.asdict(getattr(config, name)) for name in sections}
+    for key, value in flatten_overrides(overrides, sections=tuple(sections)).items():
         if aliases and key in aliases:
             logger.warning("the setting %r is deprecated; it is now %r", key, aliases[key])
             key = aliases[key]
-        if key.startswith("weince."):
-            name = key.removeprefix("weince.")
-            if name not in weince_types:
-                raise ValueError(f"unknown WEINCE setting {name!r}; known: {', '.join(weince_types)}")
-            weince_values[name] = convert_value(value, weince_types[name], key)
-        elif key in config_types and key != "weince":
+        section, _, name = key.partition(".")
+        if name and section in sections:
+            if name not in section_types[section]:
+                known = ", ".join(section_types[section])
+                label = "WEINCE" if section == "weince" else section
+                raise ValueError(f"unknown {label} setting {name!r}; known: {known}")
+            section_values[section][name] = convert_value(value, section_types[section][name], key)
+        elif key in config_types and key not in sections:
             values[key] = convert_value(value, config_types[key], key)
-        elif key in weince_types:  # the short form: quantile = weince.quantile
-            weince_values[key] = convert_value(value, weince_types[key], key)
+        elif key in short_names:  # the short form: quantile = weince.quantile
+            section = short_names[key]
+            section_values[section][key] = convert_value(value, section_types[section][key], key)
         else:
             raise ValueError(f"unknown config setting {key!r}; known: {', '.join(config_types)}")
-    return cls(**values, weince=WeinceConfig(**weince_values))
+    return cls(**values, **{name: sections[name](**section_values[name]) for name in sections})
 
 
 def changed_settings(config, base) -> list[str]:
-    """The names of the settings in which ``config`` differs from ``base`` (``weince.<field>`` for the loss)."""
-    new, old = config.to_dict(), base.to_dict()
-    changed = [name for name, value in new.items() if name != "weince" and value != old[name]]
-    return changed + [f"weince.{name}" for name, value in new["weince"].items() if value != old["weince"][name]]
+    """The names of the settings in which ``config`` differs from ``base`` (``<section>.<field>`` in a section)."""
+    new, old, sections = config.to_dict(), base.to_dict(), config_sections(type(config))
+    changed = [name for name, value in new.items() if name not in sections and value != old[name]]
+    for section in sections:
+        changed += [f"{section}.{name}" for name, value in new[section].items() if value != old[section][name]]
+    return changed
 
 
 def read_config_file(path: str | os.PathLike) -> dict:
@@ -183,7 +200,7 @@ def add_config_flags(
     aliases: dict[str, str] | None = None,
     choices: dict[str, tuple] | None = None,
 ) -> None:
-    """One flag per field of ``cls`` and of :class:`WeinceConfig` (``--quantile`` = ``--weince.quantile``).
+    """One flag per field of ``cls`` and of each section (``--quantile`` = ``--weince.quantile``).
 
     Values stay strings here; they are converted and checked when the config is built (:func:`apply_overrides`),
     so a flag, a config file and the Python API share one set of rules. A flag that is not given is absent from
@@ -191,10 +208,10 @@ def add_config_flags(
     from the help; ``choices`` names the allowed values of some fields in their help.
     """
     defaults = cls().to_dict()
-    hints = typing.get_type_hints(cls)
+    hints, sections = typing.get_type_hints(cls), config_sections(cls)
     group = parser.add_argument_group(title)
     for field in dataclasses.fields(cls):
-        if field.name == "weince":
+        if field.name in sections:
             continue
         default = defaults[field.name]
         shown = ",".join(map(str, default)) if isinstance(default, list) else default
@@ -216,16 +233,21 @@ def add_config_flags(
             help=argparse.SUPPRESS,  # deprecated: apply_overrides warns and names the new flag
             **({"nargs": "?", "const": "true"} if hints[new] is bool else {}),
         )
-    loss_group = parser.add_argument_group("WEINCE settings (also --weince.NAME; defaults: WeinceConfig)")
-    for field in dataclasses.fields(WeinceConfig):
-        loss_group.add_argument(
-            _flag(field.name),
-            f"--weince.{field.name}",
-            dest=f"set:weince.{field.name}",
-            default=argparse.SUPPRESS,
-            metavar=field.name.upper(),
-            help=f"default {getattr(WeinceConfig(), field.name)}",
-        )
+    for section, section_cls in sections.items():
+        label = "WEINCE settings" if section == "weince" else f"{section} settings"
+        section_group = parser.add_argument_group(f"{label} (also --{section}.NAME; defaults: {section_cls.__name__})")
+        section_hints, section_defaults = typing.get_type_hints(section_cls), section_cls()
+        for field in dataclasses.fields(section_cls):
+            section_group.add_argument(
+                _flag(field.name),
+                f"--{section}.{field.name}",
+                f"--{section}.{field.name.replace('_', '-')}",
+                dest=f"set:{section}.{field.name}",
+                default=argparse.SUPPRESS,
+                metavar=field.name.upper(),
+                help=f"default {getattr(section_defaults, field.name)}",
+                **({"nargs": "?", "const": "true"} if section_hints[field.name] is bool else {}),
+            )
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
@@ -236,7 +258,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 def add_run_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     """The flags of a training command that are not settings: --config, --resume, --overwrite, --print-config."""
     run = parser.add_argument_group("run")
-    run.add_argument("--config", metavar="FILE", help="YAML/JSON file of settings (WEINCE ones under 'weince:')")
+    run.add_argument(
+        "--config", metavar="FILE", help="YAML/JSON file of settings (sections under 'weince:' and 'speed:')"
+    )
     run.add_argument(
         "--resume",
         nargs="?",

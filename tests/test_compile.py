@@ -48,7 +48,8 @@ def test_compiled_training_equals_eager_and_exports_the_same_names(tiny_model, t
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         assert (graphs >= 1) if compiled else (graphs == 0), graphs  # the compiled run really ran a compiled graph
     (eager_dir, eager), (compiled_dir, compiled) = runs[False], runs[True]
-    assert compiled["config"]["compile"] is True and eager["config"]["compile"] is False
+    assert compiled["config"]["speed"]["compile"] is True and eager["config"]["speed"]["compile"] is False
+    assert compiled["training_forward"]["path"] == "fast" and compiled["training_forward"]["compile"] is True
     eager_losses, compiled_losses = _losses(eager_dir), _losses(compiled_dir)
     assert len(eager_losses) == 4 and len(set(eager_losses)) > 1  # training moved
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-4, abs=1e-6)

@@ -12,6 +12,7 @@ from train_helpers import assert_grads_close
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
 from simcse_weince.text.config import preset, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.fast_path import TrainingForward
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.train import forward_backward
 from simcse_weince.training.objective import ContrastiveObjective
@@ -81,8 +82,9 @@ def test_length_sorted_chunks_give_the_padded_embeddings(minilm_path, sentences,
     with torch.no_grad():
         with EncoderInputs(model.encoder) as padded_inputs:
             padded = model(**batch, num_views=2)
+        model.training_forward = TrainingForward(length_chunks=length_chunks)  # the encoder's own forward per chunk
         with EncoderInputs(model.encoder) as chunked_inputs:
-            chunked = model(**batch, num_views=2, length_chunks=length_chunks)
+            chunked = model(**batch, num_views=2)
     for view, expected in zip(chunked, padded, strict=True):
         _assert_close(view, expected)
     # the same rows, fewer positions: each chunk is padded only to its own longest sentence
@@ -97,7 +99,8 @@ def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(min
     batch = _batch(model, sentences)
     objective = ContrastiveObjective("weince", 0.05, weince=CONFIG)
 
-    def step(**options):
+    def step(length_chunks, **options):
+        model.training_forward = TrainingForward(length_chunks=length_chunks)
         model.zero_grad(set_to_none=True)
         loss, diagnostics = forward_backward(model, batch, objective, accelerator, **options)
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -120,7 +123,7 @@ def test_length_chunks_are_validated_and_auto_follows_precision_and_cpu(monkeypa
 
     monkeypatch.setattr(precision, "_cpu_feature", lambda name: amx if name == "_is_amx_tile_supported" else True)
     assert precision.amx_tiles() is amx
-    assert preset("cpu-demo").length_chunks == "auto"
+    assert preset("cpu-demo").speed.length_chunks == "auto"
     chunks = resolve_length_chunks("auto", "no")
     assert chunks > 1 and resolve_length_chunks("auto", "no", "cuda") == chunks
     assert resolve_length_chunks("auto", "bf16") == (1 if amx else chunks)

@@ -1,4 +1,4 @@
-"""fp32 linear layers through oneDNN (``simcse_weince/text/onednn_linear.py``): the values and gradients of the
+"""fp32 linear layers through oneDNN (``text/fast_path/onednn_linear.py``): the values and gradients of the
 linear layer to fp32 rounding (against a float64 reference), taken only where it applies, no random draws, and
 ``auto``'s rule."""
 
@@ -12,8 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from simcse_weince.text import onednn_linear as onednn_module
-from simcse_weince.text.onednn_linear import cpu_vendor, linear, onednn_linear_available, resolve_onednn_linear
+from simcse_weince.text.fast_path import onednn_linear as onednn_module
+from simcse_weince.text.fast_path.onednn_linear import (
+    cpu_vendor,
+    linear,
+    onednn_linear_available,
+    resolve_onednn_linear,
+)
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="this torch has no usable oneDNN linear op")
 ONEDNN_NODE = "_OneDNNLinearBackward"

@@ -14,7 +14,7 @@ from train_helpers import make_tiny_model, write_train_file
 from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
 from simcse_weince.text.config import preset
-from simcse_weince.text.onednn_linear import resolve_onednn_linear
+from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.train import train
 
 
@@ -101,9 +101,10 @@ class EncoderDtypes:
     def __init__(self):
         self.training: set[torch.dtype] = set()
         self.evaluation: set[torch.dtype] = set()
+        self.paused = False  # during the fast path's start-up check (fp32, eval mode), which is not evaluation
 
     def __call__(self, module, args, output):
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear) and not self.paused:
             (self.training if module.training else self.evaluation).add(output.dtype)
 
     def __enter__(self):
@@ -114,7 +115,19 @@ class EncoderDtypes:
         self.handle.remove()
 
 
-def _run(tiny_model, train_file, output_dir: Path, **overrides):
+def _run(tiny_model, train_file, output_dir: Path, monkeypatch, **overrides):
+    from simcse_weince.text import fast_path
+
+    check = fast_path.check_training_forward
+
+    def unrecorded_check(*args):
+        dtypes.paused = True
+        try:
+            return check(*args)
+        finally:
+            dtypes.paused = False
+
+    monkeypatch.setattr(fast_path, "check_training_forward", unrecorded_check)
     config = preset(
         "paper", model=tiny_model, train_file=train_file, pooler="avg", batch_size=16, max_steps=2, eval_steps=2,
         save_steps=0, eval_max_length=32, final_tasks=["stsb"], report_to=["csv"], output_dir=str(output_dir),
@@ -125,10 +138,10 @@ def _run(tiny_model, train_file, output_dir: Path, **overrides):
     return results, dtypes
 
 
-def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, train_file, tmp_path, caplog):
+def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, train_file, tmp_path, caplog, monkeypatch):
     used = resolve_mixed_precision("auto", "cpu")  # bf16 on a CPU with AVX512-BF16 or AMX (this project's CI)
     with caplog.at_level(logging.INFO, logger="simcse_weince"):  # the trainer logs; the CLI prints it
-        results, dtypes = _run(tiny_model, train_file, tmp_path / "auto")
+        results, dtypes = _run(tiny_model, train_file, tmp_path / "auto", monkeypatch)
     assert results["config"]["mixed_precision"] == "auto" and results["mixed_precision"] == used
     assert json.loads((tmp_path / "auto" / "results.json").read_text())["mixed_precision"] == used
     expected = torch.bfloat16 if used == "bf16" else torch.float32
@@ -140,8 +153,8 @@ def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, trai
     assert f"precision `{label}` (chosen by `--mixed-precision auto`)" in card
 
 
-def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_file, tmp_path):
-    results, dtypes = _run(tiny_model, train_file, tmp_path / "fp32", mixed_precision="no")
+def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_file, tmp_path, monkeypatch):
+    results, dtypes = _run(tiny_model, train_file, tmp_path / "fp32", monkeypatch, mixed_precision="no")
     assert results["mixed_precision"] == "no" and results["evaluation_precision"] == "fp32"
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.float32}
     assert "precision `fp32`" in (tmp_path / "fp32" / "README.md").read_text()
@@ -149,7 +162,13 @@ def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_fil
     assert results["unpadded_layers"] and results["onednn_linear"] is resolve_onednn_linear("auto", "cpu")
 
     results, dtypes = _run(
-        tiny_model, train_file, tmp_path / "eval-bf16", mixed_precision="no", eval_bf16=True, onednn_linear=False
+        tiny_model,
+        train_file,
+        tmp_path / "eval-bf16",
+        monkeypatch,
+        mixed_precision="no",
+        eval_bf16=True,
+        onednn_linear=False,
     )
     assert results["evaluation_precision"] == "bf16" and results["onednn_linear"] is False  # turned off
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.bfloat16}

@@ -15,7 +15,7 @@ from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 from simcse_weince.config import apply_overrides, read_config_file
 from simcse_weince.text.config import TrainConfig, preset, resolve_length_chunks
 from simcse_weince.text.data import load_sentences
-from simcse_weince.text.onednn_linear import resolve_onednn_linear
+from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.results import format_summary
 from simcse_weince.text.train import train
 from simcse_weince.training.batches import StepBatchSampler
@@ -314,6 +314,8 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
     # length_chunks auto: the chunks of the precision the run used (auto: bf16 where native, else fp32)
     assert on_disk["length_chunks"] == resolve_length_chunks("auto", on_disk["mixed_precision"])
     assert on_disk["unpadded_layers"] is True  # a BertModel: the linear layers ran on the real tokens only
+    # ... because the fast path passed its start-up check on the installed transformers
+    assert on_disk["training_forward"]["path"] == "fast" and on_disk["training_forward"]["reason"] is None
     # auto: oneDNN's fp32 linear layers on an AMD CPU, in fp32 steps only
     assert on_disk["onednn_linear"] is (on_disk["mixed_precision"] == "no" and resolve_onednn_linear("auto", "cpu"))
     # the wall time is the whole run, the final evaluation and export included, and holds every part
@@ -398,7 +400,7 @@ def test_bf16_gradient_accumulation_and_no_evaluation(tmp_path, tiny_model, trai
     assert results["stsb_test_spearman"] is None and results["lambda_stats"] == {}
     assert results["train_sentences_per_second"] > 0 and results["best_step"] == 3
     # auto under bf16 on this CPU: one padded forward with AMX, chunks without
-    assert results["config"]["length_chunks"] == "auto"
+    assert results["config"]["speed"]["length_chunks"] == "auto"
     assert results["length_chunks"] == resolve_length_chunks("auto", "bf16", "cpu")
     assert "Not evaluated" in (tmp_path / "run" / "README.md").read_text()
     assert (tmp_path / "run" / "modules.json").is_file()

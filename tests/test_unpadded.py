@@ -1,4 +1,4 @@
-"""BERT's forward with the linear layers on the real tokens only (``simcse_weince/text/unpadded.py``) computes what
+"""BERT's forward with the linear layers on the real tokens only (``text/fast_path/unpadded.py``) computes what
 the padded Hugging Face forward computes, with the same dropout masks and the same random stream afterwards, so
 the trainer's steps (losses, gradients) do not change; encoders it does not reproduce keep their own forward."""
 
@@ -8,11 +8,13 @@ import pytest
 import torch
 from train_helpers import assert_grads_close
 
+from simcse_weince.text.config import SpeedConfig
 from simcse_weince.text.data import PaddingCollator
+from simcse_weince.text.fast_path import TrainingForward, build_training_forward
+from simcse_weince.text.fast_path.onednn_linear import onednn_linear_available
+from simcse_weince.text.fast_path.unpadded import supports_unpadded, unpadded_bert_forward
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.onednn_linear import onednn_linear_available
 from simcse_weince.text.train import forward_backward
-from simcse_weince.text.unpadded import supports_unpadded, unpadded_bert_forward
 from simcse_weince.training.objective import ContrastiveObjective
 
 #: the oneDNN cases run where this torch has the op; elsewhere they repeat torch's own linear layers
@@ -112,16 +114,23 @@ def test_other_encoders_and_compiled_models_keep_their_own_forward(model):
     decoder = BertModel(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                    intermediate_size=64, is_decoder=True))  # fmt: skip
     assert not supports_unpadded(roberta) and not supports_unpadded(decoder)
-    other = SimCSEModel(roberta, model.tokenizer, pooler="avg")
-    assert other.use_unpadded_training() is False and other.unpadded_training is False
-    assert model.use_unpadded_training(False) is False
-    assert model.use_unpadded_training() is True
-    model._training_forward = object()  # as compile_training_forward() leaves it
+
+    def built(encoder, **speed):
+        return build_training_forward(encoder, SpeedConfig(**speed), length_chunks=1, mixed_precision="no")
+
+    assert built(roberta).unpadded_layers is False and built(roberta).report["path"] == "fast"  # nothing to check
+    assert built(model.encoder, unpadded_layers=False).unpadded_layers is False
+    assert built(model.encoder).unpadded_layers is True
+    # a compiled forward is the HF one (no silent bypass); the compile itself is not run here (lazy, and slow)
+    import torch as torch_module
+
+    original = torch_module.compile
+    torch_module.compile = lambda function, **options: function
     try:
-        assert model.use_unpadded_training() is False  # the compiled forward is the HF one: no silent bypass
+        compiled = built(model.encoder, compile=True)
     finally:
-        model._training_forward = None
-        model.use_unpadded_training(False)
+        torch_module.compile = original
+    assert compiled.unpadded_layers is False and compiled.compiled is not None
 
 
 @pytest.mark.parametrize("onednn_linear", [False, ONEDNN], ids=["torch-linear", "onednn-linear"])
@@ -131,7 +140,7 @@ def test_a_training_step_is_unchanged(model, batch, length_chunks, onednn_linear
     torch's fp32 linear layers and with oneDNN's."""
     from accelerate import Accelerator
 
-    from simcse_weince.text import onednn_linear as onednn_module
+    from simcse_weince.text.fast_path import onednn_linear as onednn_module
 
     onednn_calls = []
     original = onednn_module._linear_pointwise
@@ -140,18 +149,18 @@ def test_a_training_step_is_unchanged(model, batch, length_chunks, onednn_linear
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
     results = {}
     for unpadded in (False, True):
-        model.train().use_unpadded_training(unpadded)
-        assert model.use_onednn_linear(onednn_linear) is (unpadded and onednn_linear)  # only with the unpadded one
+        model.train().training_forward = TrainingForward(
+            length_chunks=length_chunks, unpadded_layers=unpadded, onednn_linear=unpadded and onednn_linear
+        )
         model.zero_grad(set_to_none=True)
         torch.manual_seed(3)
-        loss, _ = forward_backward(model, batch, objective, accelerator, length_chunks=length_chunks)
+        loss, _ = forward_backward(model, batch, objective, accelerator)
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         results[unpadded] = (loss.item(), grads)
     # 6 layers x 6 linear layers x chunks: a forward each, and an input gradient each (the first query, key and
     # value projections' inputs are the embeddings, which need one too)
     assert len(onednn_calls) == (2 * 36 * length_chunks if onednn_linear else 0)
-    model.use_unpadded_training(False)
-    model.use_onednn_linear(False)
+    model.training_forward = None
     model.zero_grad(set_to_none=True)
     assert results[True][0] == pytest.approx(results[False][0], rel=1e-5)
     assert_grads_close(results[True][1], results[False][1])
@@ -165,15 +174,15 @@ def test_chunks_look_up_the_word_embeddings_once(model, batch):
     embeddings = {}
     try:
         for unpadded in (False, True):
-            model.train().use_unpadded_training(unpadded)
+            model.train().training_forward = TrainingForward(length_chunks=4, unpadded_layers=unpadded)
             lookups.clear()
             torch.manual_seed(5)
-            first, second = model(**batch, num_views=2, length_chunks=4)
+            first, second = model(**batch, num_views=2)
             embeddings[unpadded] = torch.cat([first, second]).detach()
             assert len(lookups) == (1 if unpadded else 4)
     finally:
         hook.remove()
-        model.use_unpadded_training(False)
+        model.training_forward = None
     scale = embeddings[False].abs().max().item()
     torch.testing.assert_close(embeddings[True], embeddings[False], rtol=1e-5, atol=1e-5 * scale)
 

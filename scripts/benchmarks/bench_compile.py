@@ -37,6 +37,7 @@ def main() -> None:
 
     from simcse_weince.paths import resolve_data_dir
     from simcse_weince.text.data import PaddingCollator
+    from simcse_weince.text.fast_path import TrainingForward
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.training.objective import ContrastiveObjective
 
@@ -53,6 +54,7 @@ def main() -> None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-5, fused=True)
         if compiled:
             model.encoder = torch.compile(model.encoder, dynamic=True)
+        model.training_forward = TrainingForward(length_chunks=args.length_chunks)
         collate = PaddingCollator(model.tokenizer.pad_token_id)
         features = [model.tokenizer(batch, truncation=True, max_length=32) for batch in batches]
 
@@ -61,7 +63,7 @@ def main() -> None:
             encoded = features[index]
             batch = collate([{name: encoded[name][i] for name in encoded} for i in range(len(encoded["input_ids"]))])
             with autocast():
-                first, second = model(**batch, num_views=2, length_chunks=args.length_chunks)
+                first, second = model(**batch, num_views=2)
             loss, _ = objective(first, second)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

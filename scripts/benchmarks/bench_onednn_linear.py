@@ -34,7 +34,7 @@ def layers_alone(rows: int, repeats: int) -> float:
     import torch
     from torch import nn
 
-    from simcse_weince.text.onednn_linear import linear
+    from simcse_weince.text.fast_path.onednn_linear import linear
 
     generator = torch.Generator().manual_seed(0)
     layers = [nn.Linear(width, out) for width, out in SHAPES]
@@ -61,12 +61,12 @@ def forward_backward_pairs(pairs: int, data_dir) -> tuple[list[float], list[floa
     from accelerate import Accelerator
 
     from simcse_weince.text.data import PaddingCollator
+    from simcse_weince.text.fast_path import TrainingForward
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.train import forward_backward
     from simcse_weince.training.objective import ContrastiveObjective
 
     model = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg").train()
-    model.use_unpadded_training(True)
     lines = [line.strip() for line in (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()]
     sentences = [line for line in lines if line]
     collate = PaddingCollator(model.tokenizer.pad_token_id)
@@ -77,10 +77,10 @@ def forward_backward_pairs(pairs: int, data_dir) -> tuple[list[float], list[floa
     accelerator, objective = Accelerator(cpu=True), ContrastiveObjective("weince", 0.05, geometry="simcse")
 
     def step(batch, onednn: bool) -> float:
-        model.use_onednn_linear(onednn)
+        model.training_forward = TrainingForward(length_chunks=4, unpadded_layers=True, onednn_linear=onednn)
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        forward_backward(model, batch, objective, accelerator, length_chunks=4)
+        forward_backward(model, batch, objective, accelerator)
         return time.perf_counter() - start
 
     step(batches[0], True), step(batches[0], False)  # warm-up
@@ -103,7 +103,7 @@ def main() -> None:
     import torch
 
     from simcse_weince.paths import resolve_data_dir
-    from simcse_weince.text.onednn_linear import cpu_vendor, onednn_linear_available, resolve_onednn_linear
+    from simcse_weince.text.fast_path.onednn_linear import cpu_vendor, onednn_linear_available, resolve_onednn_linear
 
     if not onednn_linear_available():
         parser.error("this torch has no usable oneDNN linear op")

@@ -198,10 +198,10 @@ def main() -> None:
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
     )
     from simcse_weince.precision import resolve_mixed_precision
-    from simcse_weince.text.config import TrainConfig, resolve_length_chunks
-    from simcse_weince.text.onednn_linear import resolve_onednn_linear
+    from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
+    from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 
-    chunks = TrainConfig.length_chunks  # the trainer's default ("auto": by precision and CPU)
+    chunks = SpeedConfig.length_chunks  # the trainer's default ("auto": by precision and CPU)
     auto = resolve_mixed_precision("auto", "cpu")
     onednn_auto = "on" if resolve_onednn_linear("auto", "cpu") else "off"
     fp32_chunks = resolve_length_chunks(chunks, "no")

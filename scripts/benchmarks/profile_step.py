@@ -111,10 +111,10 @@ def main(argv=None) -> None:
 
     from simcse_weince.paths import resolve_data_dir
     from simcse_weince.precision import native_bf16
-    from simcse_weince.text.config import resolve_length_chunks
+    from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
     from simcse_weince.text.data import PaddingCollator
+    from simcse_weince.text.fast_path import build_training_forward
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.text.onednn_linear import resolve_onednn_linear
     from simcse_weince.training.objective import ContrastiveObjective
 
     if args.threads:
@@ -129,9 +129,12 @@ def main(argv=None) -> None:
     path = str(get_model_path())
 
     ours = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg", dropout=0.1).train()
-    ours.use_unpadded_training(not args.padded_layers)  # as the trainer does (unpadded_layers, on by default)
     onednn = args.onednn_linear if args.onednn_linear == "auto" else args.onednn_linear == "true"
-    ours.use_onednn_linear(not args.bf16 and resolve_onednn_linear(onednn, "cpu"))  # as the trainer (fp32 only)
+    # as the trainer builds it (unpadded_layers on by default, oneDNN in fp32 steps only), checked
+    ours.training_forward = build_training_forward(
+        ours.encoder, SpeedConfig(unpadded_layers=not args.padded_layers, onednn_linear=onednn),
+        length_chunks=chunks, mixed_precision=precision,
+    )  # fmt: skip
     ours_optimizer = torch.optim.AdamW(ours.parameters(), lr=3e-5, fused=True)
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")
     collate = PaddingCollator(ours.tokenizer.pad_token_id)
@@ -151,7 +154,7 @@ def main(argv=None) -> None:
             encoded = ours_features[index]
             batch = collate([{name: encoded[name][i] for name in encoded} for i in range(len(encoded["input_ids"]))])
         with record_function("forward"), autocast():
-            first, second = ours(**batch, num_views=2, length_chunks=chunks)
+            first, second = ours(**batch, num_views=2)
         with record_function("loss"):
             loss, _ = objective(first, second)
         with record_function("backward"):
@@ -193,7 +196,7 @@ def main(argv=None) -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{'bf16 autocast (' + native + ')' if args.bf16 else 'fp32'}, our length chunks {chunks}, "
-        f"our fp32 linear layers by {'oneDNN' if ours.onednn_linear else 'torch'}, "
+        f"our fp32 linear layers by {'oneDNN' if ours.training_forward.onednn_linear else 'torch'}, "
         f"{args.steps} profiled steps each, alternating; ms per step (share)\n"
     )
     print("| | ours | sentence-transformers |\n|---|---:|---:|")

@@ -48,6 +48,7 @@ RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/train
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
+FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -199,7 +200,7 @@ MUTATIONS = (
     ),
     # ---- throughput: precision and padding
     Mutation(
-        "text model: length-sorted chunks returned in sorted order", "simcse_weince/text/model.py",
+        "fast path: length-sorted chunks returned in sorted order", FAST_PATH,
         (("return torch.cat(pooled).index_select(0, torch.argsort(order))", "return torch.cat(pooled)"),),
         ("tests/test_length_chunks.py", "-k", "padded_embeddings"), "each sentence must get its own embedding back",
     ),
@@ -216,49 +217,65 @@ MUTATIONS = (
     ),
     Mutation(
         "unpadded layers: dropout masks drawn for the real tokens only (another random stream)",
-        "simcse_weince/text/unpadded.py",
+        "simcse_weince/text/fast_path/unpadded.py",
         (("torch.empty((*padded_shape, rows.shape[-1]), dtype=rows.dtype, device=rows.device)",
           "torch.empty_like(rows)"),
          ("    return rows * noise.view(-1, rows.shape[-1]).index_select(0, real)", "    return rows * noise")),
         ("tests/test_unpadded.py",), "issue 26: the same masks as the padded forward, so the same step losses",
     ),
     Mutation(
-        "unpadded layers: padding tokens enter the linear layers' rows", "simcse_weince/text/unpadded.py",
+        "unpadded layers: padding tokens enter the linear layers' rows", "simcse_weince/text/fast_path/unpadded.py",
         (("    real = attention_mask.reshape(-1).nonzero().squeeze(1)",
           "    real = torch.arange(attention_mask.numel(), device=attention_mask.device)"),),
         ("tests/test_unpadded.py",), "issue 26: padded rows must come back as zeros and never be computed",
     ),
     Mutation(
-        "unpadded layers: every length chunk looks up the word embeddings again", "simcse_weince/text/model.py",
-        (("        if self._runs_unpadded:\n            # the word embeddings looked up once",
+        "unpadded layers: every length chunk looks up the word embeddings again", FAST_PATH,
+        (("        if self.unpadded_layers:\n            # the word embeddings looked up once",
           "        if False:\n            # the word embeddings looked up once"),),
         ("tests/test_unpadded.py", "-k", "once"), "issue 26: the vocabulary-sized gradient built once a step",
     ),
     Mutation(
-        "trainer: unpadded_layers never applied", TRAIN,
-        (("        model.use_unpadded_training(config.unpadded_layers)",
-          "        model.use_unpadded_training(False)"),),
+        "trainer: unpadded_layers never applied", FAST_PATH,
+        (("    unpadded = bool(speed.unpadded_layers and not speed.compile and supports_unpadded(encoder))",
+          "    unpadded = False"),),
         ("tests/test_train.py", "-k", "end_to_end"), "issue 26: the default trains with unpadded linear layers",
     ),
     Mutation(
-        "oneDNN linear: the bias gradient dropped", "simcse_weince/text/onednn_linear.py",
+        "fast path: the start-up check removed (a broken release trains on the broken forward)", FAST_PATH,
+        (("        failure = check_training_forward(encoder, candidate)\n", "        failure = None\n"),),
+        ("tests/test_fast_path.py", "-k", "broken_release"), "issue 37: transformers 5.25 broke step 0",
+    ),
+    Mutation(
+        "fast path: a failed check skips the fallback (the forward that failed is kept)", FAST_PATH,
+        (("    return replace(candidate, report=report)", "    return replace(asked, report=report)"),),
+        ("tests/test_fast_path.py", "-k", "broken_release or also_fails"), "issue 37: the fallback must really run",
+    ),
+    Mutation(
+        "fast path: the check compares no gradients", FAST_PATH,
+        (("                if not mismatch <= CHECK_TOLERANCE:\n                    return f\"gradients differ",
+          "                if False:\n                    return f\"gradients differ"),),
+        ("tests/test_fast_path.py", "-k", "every_row"), "issue 37: a broken backward must fail the check too",
+    ),
+    Mutation(
+        "oneDNN linear: the bias gradient dropped", "simcse_weince/text/fast_path/onednn_linear.py",
         (("            grad_bias = grad.sum(0)", "            grad_bias = torch.zeros_like(grad[0])"),),
         ("tests/test_onednn_linear.py",), "issue 26: the same gradients as torch's linear layer",
     ),
     Mutation(
-        "oneDNN linear: auto turns it on for every CPU", "simcse_weince/text/onednn_linear.py",
+        "oneDNN linear: auto turns it on for every CPU", "simcse_weince/text/fast_path/onednn_linear.py",
         (('cpu_vendor() == "AuthenticAMD"', "cpu_vendor() is not None"),),
         ("tests/test_onednn_linear.py", "-k", "auto"), "issue 26: measured faster on AMD CPUs only",
     ),
     Mutation(
-        "oneDNN linear: applied under bf16 autocast too", "simcse_weince/text/onednn_linear.py",
+        "oneDNN linear: applied under bf16 autocast too", "simcse_weince/text/fast_path/onednn_linear.py",
         (('        and not torch.is_autocast_enabled("cpu")\n', ""),),
         ("tests/test_onednn_linear.py", "-k", "does_not_apply"), "issue 26: autocast keeps torch's bf16 kernels",
     ),
     Mutation(
-        "compile: --compile leaves the encoder eager", TRAIN,
-        (("        if config.compile:\n            model.compile_training_forward()",
-          "        if False:\n            pass"),),
+        "compile: --compile leaves the encoder eager", FAST_PATH,
+        (("        compiled=torch.compile(encoder.forward, dynamic=True) if speed.compile else None,",
+          "        compiled=None,"),),
         ("tests/test_compile.py",), "issue 26: the flag must really compile",
     ),
     Mutation(

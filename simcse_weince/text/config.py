@@ -27,6 +27,35 @@ FIELD_CHOICES = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": 
 
 
 @dataclass
+class SpeedConfig:
+    """How training steps run the encoder: the fast path of :mod:`simcse_weince.text.fast_path`, which checks itself
+    at start-up and falls back to the stock forward (a warning says why). None of these changes what a step
+    computes beyond fp32 rounding, except ``length_chunks`` with dropout (each chunk draws its own masks).
+    Set as ``speed: {length_chunks: 4}`` in a config file, ``--speed.length-chunks 4`` or ``--length-chunks 4``.
+    Measurements: docs/performance.md."""
+
+    # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: 4, except 1 under
+    # bf16 on a CPU with AMX or on a GPU (resolve_length_chunks)
+    length_chunks: int | Literal["auto"] = "auto"
+    # a BERT encoder trains with its linear layers, layer norms and GELU on the real tokens only (the same numbers
+    # and dropout masks as the padded forward; fast_path/unpadded.py); other encoders use their own forward
+    unpadded_layers: bool = True
+    # fp32 steps of that unpadded forward run the linear layers through oneDNN instead of MKL's sgemm (the same
+    # products summed in another order; fast_path/onednn_linear.py); auto: on AMD CPUs, where it was measured faster
+    onednn_linear: bool | Literal["auto"] = "auto"
+    # torch.compile the encoder's training forward (inductor, dynamic shapes), as the HF Trainer's torch_compile;
+    # off by default: slower on the CPUs measured (docs/performance.md); replaces unpadded_layers
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        from simcse_weince.validation import check_field_types
+
+        check_field_types(self)
+        if self.length_chunks != "auto" and self.length_chunks < 1:
+            raise ValueError(f"length_chunks must be >= 1 (or auto), got {self.length_chunks}")
+
+
+@dataclass
 class TrainConfig:
     """Everything a run depends on. The defaults are SimCSE's unsupervised BERT-base recipe (preset ``paper``).
 
@@ -69,19 +98,7 @@ class TrainConfig:
     num_epochs: int = 1
     max_steps: int | None = None  # optimizer updates; overrides num_epochs (may span several epochs)
     mixed_precision: str = "auto"  # auto (bf16 where native, else fp32) | no | fp16 | bf16; see precision.py
-    # encode each batch in this many length-sorted chunks (less padding); 1: one forward; auto: 4, except 1 under
-    # bf16 on a CPU with AMX or on a GPU (resolve_length_chunks)
-    length_chunks: int | Literal["auto"] = "auto"
-    # torch.compile the encoder's training forward (inductor, dynamic shapes), as the HF Trainer's torch_compile:
-    # off by default, because on the CPUs measured it is slower (bf16 0.84x a step, fp32 0.99x; docs/performance.md)
-    compile: bool = False
-    # a BERT encoder trains with its linear layers, layer norms and GELU on the real tokens only (the same numbers
-    # and dropout masks as the padded forward, less arithmetic; text/unpadded.py); other encoders, and --compile,
-    # use the model's own forward
-    unpadded_layers: bool = True
-    # fp32 steps of that unpadded forward run the linear layers through oneDNN instead of MKL's sgemm (the same
-    # products summed in another order; text/onednn_linear.py); auto: on AMD CPUs, where it was measured faster
-    onednn_linear: bool | Literal["auto"] = "auto"
+    speed: SpeedConfig = field(default_factory=lambda: SpeedConfig())  # how a step runs the encoder (same numbers)
     cpu: bool = False  # force the CPU even when an accelerator is present
     seed: int = 42
     # evaluation (STS-B dev every eval_steps, the best step is kept; then STS-B test and the 7-task table)
@@ -103,6 +120,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.weince, dict):
             self.weince = WeinceConfig(**self.weince)
+        if isinstance(self.speed, dict):
+            self.speed = SpeedConfig(**self.speed)
         self.final_tasks = tuple(self.final_tasks)
         self.report_to = tuple(self.report_to)
         self.validate()
@@ -128,12 +147,10 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.compile and self.mini_batch_size:
+        if self.speed.compile and self.mini_batch_size:
             # GradCache replays each chunk's dropout masks from a saved RNG state; compiled random ops are not
             # tested to replay the same masks
             raise ValueError("compile is not supported with mini_batch_size (GradCache); use one or the other")
-        if self.length_chunks != "auto" and self.length_chunks < 1:
-            raise ValueError(f"length_chunks must be >= 1 (or auto), got {self.length_chunks}")
         if self.save_total_limit < 1:  # 0 would keep no checkpoint to resume from; there is save_steps=0 for that
             raise ValueError(
                 f"save_total_limit must be >= 1 (the step checkpoints kept; --save-steps 0 saves none), "

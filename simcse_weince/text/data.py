@@ -159,3 +159,11 @@ class PaddingCollator:
             batch[name] = pad_sequence([torch.tensor(value) for value in values], batch_first=True,
                                        padding_value=padding)  # fmt: skip
         return batch
+
+
+def trim_trailing_padding(inputs: dict) -> dict:
+    """``inputs`` without the trailing columns that no row attends to (the padding a slice of a batch no longer
+    needs). Leading padding is kept: it carries positions."""
+    attended = inputs["attention_mask"].any(dim=0).nonzero()
+    width = int(attended.max()) + 1 if len(attended) else 1
+    return {name: value[:, :width] for name, value in inputs.items()}

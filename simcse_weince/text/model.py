@@ -30,14 +30,6 @@ from torch import nn
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
 
 
-def trim_trailing_padding(inputs: dict) -> dict:
-    """``inputs`` without the trailing columns that no row attends to (the padding a slice of a batch no longer
-    needs). Leading padding is kept: it carries positions."""
-    attended = inputs["attention_mask"].any(dim=0).nonzero()
-    width = int(attended.max()) + 1 if len(attended) else 1
-    return {name: value[:, :width] for name, value in inputs.items()}
-
-
 def default_max_seq_length(model_path: str, tokenizer) -> int:
     """The evaluation length: the base SentenceTransformer's ``max_seq_length`` if it has one, else <= 512."""
     st_config = Path(model_path) / "sentence_bert_config.json"
@@ -87,51 +79,10 @@ class SimCSEModel(nn.Module):
         bert_pooler = getattr(encoder, "pooler", None)
         if isinstance(bert_pooler, nn.Module):
             bert_pooler.requires_grad_(False)
-        # the encoder's training forward, compiled by compile_training_forward(); a plain attribute, not a module,
-        # so that the state dict (checkpoints, export) keeps the encoder's own keys
-        self._training_forward = None
-        self.unpadded_training = False  # set by use_unpadded_training()
-        self.onednn_linear = False  # set by use_onednn_linear(): the unpadded forward's fp32 linear layers by oneDNN
-
-    def compile_training_forward(self) -> None:
-        """``torch.compile`` the encoder's forward for training (inductor, dynamic shapes, so the length chunks'
-        varying lengths do not recompile); evaluation (``encode``, eval mode) stays eager, so it compiles nothing
-        more. The weights are shared: checkpoints and the export are unchanged."""
-        import torch
-
-        self._training_forward = torch.compile(self.encoder.forward, dynamic=True)
-
-    def use_unpadded_training(self, enabled: bool = True) -> bool:
-        """Train with the linear layers on the real tokens only (:mod:`simcse_weince.text.unpadded`: the same
-        results and dropout masks as the padded forward, less arithmetic) when the encoder supports it (a plain
-        ``BertModel``) and nothing is compiled. Returns whether it applies."""
-        from simcse_weince.text.unpadded import supports_unpadded
-
-        self.unpadded_training = bool(enabled and self._training_forward is None and supports_unpadded(self.encoder))
-        return self.unpadded_training
-
-    def use_onednn_linear(self, enabled: bool = True) -> bool:
-        """Run the unpadded training forward's fp32 linear layers through oneDNN
-        (:mod:`simcse_weince.text.onednn_linear`; decide with ``resolve_onednn_linear``). Applies only with the
-        unpadded forward, and only to fp32 steps (autocast steps keep torch's own bf16 kernels). Returns whether
-        it applies."""
-        self.onednn_linear = bool(enabled and self.unpadded_training)
-        return self.onednn_linear
-
-    @property
-    def _runs_unpadded(self) -> bool:
-        """Whether :meth:`_encoder_forward` runs the unpadded forward now (training, enabled, nothing compiled)."""
-        return self.training and self.unpadded_training and self._training_forward is None
-
-    def _encoder_forward(self, **inputs) -> torch.Tensor:
-        """The encoder's last hidden state (padded positions of the unpadded forward are zero)."""
-        if self.training and self._training_forward is not None:
-            return self._training_forward(**inputs).last_hidden_state
-        if self._runs_unpadded:
-            from simcse_weince.text.unpadded import unpadded_bert_forward
-
-            return unpadded_bert_forward(self.encoder, **inputs, onednn_linear=self.onednn_linear)
-        return self.encoder(**inputs).last_hidden_state
+        # how training steps run the encoder (length chunks, unpadded layers, ...): a checked
+        # simcse_weince.text.fast_path.TrainingForward set by the trainer; None is the encoder's own forward. A plain
+        # attribute, not a module: the state dict (checkpoints, export) keeps the encoder's own keys
+        self.training_forward = None
 
     @classmethod
     def from_pretrained(
@@ -206,47 +157,27 @@ class SimCSEModel(nn.Module):
             pooled = self.mlp(pooled)
         return pooled
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None, num_views: int = 1, length_chunks: int = 1):
+    def forward(self, input_ids, attention_mask, token_type_ids=None, num_views: int = 1):
         """Sentence embeddings with the *training* pooler.
 
         With ``num_views=2`` the batch is repeated and encoded in ONE forward call (SimCSE's trick: dropout draws
-        independent masks for the copies); returns a tuple of the views.
-
-        With ``length_chunks > 1`` the rows are sorted by length and encoded in that many chunks, each padded
-        only to its own longest sentence; the embeddings come back in the original order. On random batches a
-        third of the positions are padding, which the encoder would otherwise process like real tokens. The
-        embeddings equal the padded ones up to float rounding (attention masks padding out), but dropout draws
-        its masks per chunk, so with dropout on the random stream differs from ``length_chunks=1``. Inputs must
-        be right-padded (as the trainer's collator pads); trailing padding is all that is dropped.
+        independent masks for the copies); returns a tuple of the views. In training mode the encoder runs through
+        :attr:`training_forward` when one is set (:mod:`simcse_weince.text.fast_path`), else its own forward.
         """
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         if num_views > 1:
             inputs = {name: value.repeat(num_views, 1) for name, value in inputs.items()}
-        if length_chunks > 1 and len(input_ids) * num_views > 1:
-            embeddings = self._encode_length_sorted(inputs, length_chunks)
+        if self.training and self.training_forward is not None:
+            embeddings = self.training_forward(self.encoder, inputs, self.training_pool)
         else:
-            hidden = self._encoder_forward(**inputs)
-            embeddings = self.pool(hidden, inputs["attention_mask"], self.pooler)
+            embeddings = self.training_pool(self.encoder(**inputs).last_hidden_state, inputs["attention_mask"])
         return embeddings.chunk(num_views) if num_views > 1 else embeddings
 
-    def _encode_length_sorted(self, inputs: dict, length_chunks: int) -> torch.Tensor:
-        """Training-pooler embeddings of ``inputs``, encoded in ``length_chunks`` length-sorted chunks."""
-        order = torch.argsort(inputs["attention_mask"].sum(dim=1), descending=True, stable=True)
-        if self._runs_unpadded:
-            # the word embeddings looked up once for all chunks (the same vectors): their backward then fills and
-            # adds the (vocabulary x width) gradient once a step instead of once a chunk (11.7M floats for
-            # MiniLM's 30,522 x 384; 1.05x a step on 2 CPU cores, docs/performance.md)
-            inputs = {**inputs, "inputs_embeds": self.encoder.get_input_embeddings()(inputs["input_ids"])}
-            del inputs["input_ids"]
-        pooled = []
-        for rows in torch.tensor_split(order, min(length_chunks, len(order))):
-            chunk = trim_trailing_padding({name: value[rows] for name, value in inputs.items()})
-            hidden = self._encoder_forward(**chunk)
-            pooled.append(self.pool(hidden, chunk["attention_mask"], self.pooler))
-        # back to the input order: row order[i] of the input is row i of the sorted embeddings
-        return torch.cat(pooled).index_select(0, torch.argsort(order))
+    def training_pool(self, last_hidden_state: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`pool` with the training pooler."""
+        return self.pool(last_hidden_state, attention_mask, self.pooler)
 
     @torch.no_grad()
     def encode(self, sentences: list[str], batch_size: int = 64, device=None) -> np.ndarray:

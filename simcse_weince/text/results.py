@@ -99,9 +99,7 @@ class TrainingRows:
     skipped: int  # empty lines skipped
 
 
-def export_results(
-    run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict, length_chunks: int
-) -> dict:
+def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRows, not_applied: dict) -> dict:
     """Export the best step as a SentenceTransformer, score the exported folder, write ``results.json`` and the
     model card (main process; the others return ``{}``).
 
@@ -117,6 +115,7 @@ def export_results(
     if not accelerator.is_main_process:
         return {}
     output_dir = run.output_dir
+    forward = model.training_forward
     applied_config = config.to_dict()
     if "report_to" in not_applied:
         applied_config["report_to"] = [name for name in config.report_to if name != "tensorboard"]
@@ -151,9 +150,11 @@ def export_results(
             "num_processes": accelerator.num_processes,
             "device": str(accelerator.device),
             "mixed_precision": run.mixed_precision,  # the precision used (config.mixed_precision may say auto)
-            "length_chunks": length_chunks,  # the chunks used (config.length_chunks may say auto)
-            "unpadded_layers": model.unpadded_training,  # applied (config.unpadded_layers asks; BERT only)
-            "onednn_linear": model.onednn_linear,  # applied (config.onednn_linear asks; fp32 unpadded steps only)
+            # what the training forward applied (config.speed asks; auto, BERT only, its start-up check)
+            "length_chunks": forward.length_chunks,
+            "unpadded_layers": forward.unpadded_layers,
+            "onednn_linear": forward.onednn_linear,
+            "training_forward": forward.report,  # path: fast | fallback | stock, and why
             **run.timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
             "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
@@ -254,6 +255,21 @@ def format_summary(results: dict, output_dir: Path) -> str:
         lines.append(results["sts_table"])
     lines.append(
         f"wall time {format_time_parts(results)}; training {results['train_sentences_per_second']:.1f} "
-        f"sentences/s; model, results.json and README.md in {output_dir}"
+        f"sentences/s ({describe_training_forward(results.get('training_forward'))}); model, results.json and "
+        f"README.md in {output_dir}"
     )
     return "\n".join(lines)
+
+
+def describe_training_forward(report: dict | None) -> str:
+    """Which training forward ran, in a few words (``results.json``'s ``training_forward``)."""
+    if not report:
+        return "stock forward"
+    parts = [f"{report['length_chunks']} length chunk(s)"]
+    if report.get("unpadded_layers"):
+        parts.append("unpadded layers" + (" by oneDNN" if report.get("onednn_linear") else ""))
+    if report.get("compile"):
+        parts.append("compiled")
+    label = {"fast": "fast forward", "fallback": "fallback forward", "stock": "stock forward"}[report["path"]]
+    why = f"; the fast one failed its check: {report['reason']}" if report.get("reason") else ""
+    return f"{label}: {', '.join(parts)}{why}"

@@ -32,8 +32,14 @@ import torch
 
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.text.config import TrainConfig, resolve_length_chunks
-from simcse_weince.text.data import PaddingCollator, load_training_data, resolve_train_file, tokenize
-from simcse_weince.text.onednn_linear import resolve_onednn_linear
+from simcse_weince.text.data import (
+    PaddingCollator,
+    load_training_data,
+    resolve_train_file,
+    tokenize,
+    trim_trailing_padding,
+)
+from simcse_weince.text.fast_path import build_training_forward
 from simcse_weince.text.results import (
     DevSelection,
     TrainingRows,
@@ -86,7 +92,7 @@ class TextTask:
     def check(self, run: TrainingRun) -> None:
         self.not_applied = not_applied_settings(self.config, run.tensorboard_dropped)
         self.length_chunks = resolve_length_chunks(  # auto: by precision and CPU
-            self.config.length_chunks, run.mixed_precision, run.accelerator.device.type
+            self.config.speed.length_chunks, run.mixed_precision, run.accelerator.device.type
         )
 
     def build(self, run: TrainingRun):
@@ -95,13 +101,12 @@ class TextTask:
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
-        if config.compile:
-            model.compile_training_forward()
-        model.use_unpadded_training(config.unpadded_layers)
-        device_type = run.accelerator.device.type
-        model.use_onednn_linear(
-            run.mixed_precision == "no" and resolve_onednn_linear(config.onednn_linear, device_type)
-        )
+        # the fast path checks itself on the device it will run on, before any step (no random draws)
+        model.to(accelerator.device)
+        model.training_forward = build_training_forward(
+            model.encoder, config.speed, length_chunks=self.length_chunks, mixed_precision=run.mixed_precision,
+            device_type=accelerator.device.type,
+        )  # fmt: skip
         total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -151,9 +156,7 @@ class TextTask:
         return (
             f"training {config.model} with {config.loss} on {len(self.tokenized):,} {_describe_rows(self.columns)} "
             f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
-            f"{config.gradient_accumulation_steps}, {self.length_chunks} length chunk(s)"
-            + (", linear layers on real tokens only" if self.unwrapped.unpadded_training else "")
-            + (" (fp32 by oneDNN)" if self.unwrapped.onednn_linear else "")
+            f"{config.gradient_accumulation_steps}, {self.unwrapped.training_forward.describe()}"
             + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
         )
 
@@ -164,8 +167,7 @@ class TextTask:
             batch = {name: value.to(accelerator.device) for name, value in next(batches).items()}
             with accelerator.accumulate(model):
                 loss, logs = forward_backward(
-                    model, batch, self.objective, accelerator, config.mini_batch_size, self.length_chunks,
-                    num_columns=len(self.columns),
+                    model, batch, self.objective, accelerator, config.mini_batch_size, num_columns=len(self.columns),
                 )  # fmt: skip
                 if accelerator.sync_gradients and config.max_grad_norm:
                     accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -181,30 +183,29 @@ class TextTask:
 
     def export(self, run: TrainingRun) -> dict:
         data = TrainingRows(self.train_file, self.columns, len(self.tokenized), self.skipped)
-        return export_results(run, self.unwrapped, self.dev, data, self.not_applied, self.length_chunks)
+        return export_results(run, self.unwrapped, self.dev, data, self.not_applied)
 
 
-def encode_columns(model, batch: dict, num_columns: int = 1, length_chunks: int = 1) -> tuple:
+def encode_columns(model, batch: dict, num_columns: int = 1) -> tuple:
     """The embeddings of a collated batch, one tensor per column, from one forward pass.
 
     One column is unsupervised SimCSE: every sentence twice, the two dropout masks make the positive pair. Pairs
     and triplets are stacked column by column (:class:`~simcse_weince.text.data.PaddingCollator`) and encoded
     together, as SimCSE encodes ``sent0``, ``sent1`` and ``hard_neg`` (dropout stays on for all of them)."""
     if num_columns == 1:
-        return model(**batch, num_views=2, length_chunks=length_chunks)  # two dropout masks
-    return model(**batch, length_chunks=length_chunks).chunk(num_columns)
+        return model(**batch, num_views=2)  # two dropout masks
+    return model(**batch).chunk(num_columns)
 
 
 def forward_backward(
-    model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, length_chunks: int = 1,
-    num_columns: int = 1,
-):  # fmt: skip
+    model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, num_columns: int = 1
+):
     """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``.
 
     Without ``mini_batch_size``: one forward over the batch (:func:`encode_columns`: two dropout views of one
-    column, or the stacked columns of pairs and triplets) and one backward. ``length_chunks`` > 1 encodes the rows
-    of every forward in that many length-sorted chunks, each padded only to its own longest sentence
-    (:meth:`SimCSEModel.forward`); the loss sees the same embeddings.
+    column, or the stacked columns of pairs and triplets) and one backward. The model's training forward (length
+    chunks, unpadded layers: :mod:`simcse_weince.text.fast_path`) applies to every forward; the loss sees the same
+    embeddings.
 
     With it, GradCache (Gao et al., 2021; the machinery of sentence-transformers' cached losses), so that only
     ``mini_batch_size`` rows' activations are alive at a time while the loss still sees the whole batch:
@@ -221,14 +222,12 @@ def forward_backward(
     checkpoint continues exactly.
     """
     if not mini_batch_size:
-        views = encode_columns(model, batch, num_columns, length_chunks)
+        views = encode_columns(model, batch, num_columns)
         loss, diagnostics = objective(*views)
         accelerator.backward(loss)
         return loss, diagnostics
 
     from sentence_transformers.base.losses.gradcache import RandContext
-
-    from simcse_weince.text.model import trim_trailing_padding
 
     rows = batch["input_ids"].shape[0] // num_columns
 
@@ -245,7 +244,7 @@ def forward_backward(
     with torch.no_grad():
         for chunk in chunks:
             random_states.append(RandContext(*chunk.values()))
-            chunk_views.append(encode_columns(model, chunk, num_columns, length_chunks))
+            chunk_views.append(encode_columns(model, chunk, num_columns))
     views = [torch.cat(column).requires_grad_() for column in zip(*chunk_views)]
     loss, diagnostics = objective(*views)
     accelerator.backward(loss)
@@ -255,7 +254,7 @@ def forward_backward(
     for index, (chunk, random_state, gradients) in enumerate(zip(chunks, random_states, cached_gradients)):
         synchronize = nullcontext() if index == len(chunks) - 1 else accelerator.no_sync(model)
         with synchronize, random_state:
-            embeddings = encode_columns(model, chunk, num_columns, length_chunks)
+            embeddings = encode_columns(model, chunk, num_columns)
             # the surrogate's gradient w.r.t. the embeddings is the cached gradient; float32 keeps fp16/bf16
             # embeddings from rounding the products
             surrogate = sum(

@@ -9,7 +9,8 @@ agree to fp32 rounding; ``tests/test_unpadded.py``). The weights are the model's
 and evaluation are unchanged.
 
 Only a plain bidirectional ``BertModel`` with absolute positions qualifies (:func:`supports_unpadded`); any other
-encoder runs its own forward. Inputs must be right-padded (as the trainer's collator pads).
+encoder runs its own forward. Inputs must be right-padded (as the trainer's collator pads). The trainer reaches
+this only through :func:`simcse_weince.text.fast_path.build_training_forward`, which checks it by running.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ def supports_unpadded(encoder: nn.Module) -> bool:
         and not getattr(config, "add_cross_attention", False)
         and getattr(config, "position_embedding_type", "absolute") == "absolute"
         and not getattr(config, "chunk_size_feed_forward", 0)
-        # the pieces this forward calls (private to transformers: a release that renames them falls back)
-        and hasattr(encoder, "_create_attention_masks")
+        # a piece this forward reads (not a public API: fast_path's start-up check catches what a release changes)
         and all(hasattr(layer.attention.self, "scaling") for layer in encoder.encoder.layer)
     )
 
@@ -72,11 +72,12 @@ def unpadded_bert_forward(
     """``encoder(input_ids, attention_mask, token_type_ids).last_hidden_state``, computed with the linear layers,
     layer norms and activations on the real tokens only. Padding positions of the result are zero.
     ``inputs_embeds`` (the word embeddings of ``input_ids``, looked up by the caller) may replace ``input_ids``.
-    ``onednn_linear``: fp32 linear layers through oneDNN (:mod:`simcse_weince.text.onednn_linear`)."""
+    ``onednn_linear``: fp32 linear layers through oneDNN (:mod:`simcse_weince.text.fast_path.onednn_linear`)."""
+    from transformers import masking_utils
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.bert.modeling_bert import eager_attention_forward
 
-    from simcse_weince.text.onednn_linear import linear
+    from simcse_weince.text.fast_path.onednn_linear import linear
 
     def dense(layer: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
         return linear(layer, tokens, onednn=onednn_linear)
@@ -85,9 +86,14 @@ def unpadded_bert_forward(
     real = attention_mask.reshape(-1).nonzero().squeeze(1)  # row index of every real token in (batch * length)
     # the embeddings at the padded shape: gathers and one layer norm, and their dropout draws its mask there
     embeddings = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
-    mask, _ = encoder._create_attention_masks(attention_mask, None, embeddings, None, None)
+    # transformers' public mask builder, as BertModel builds its mask; positional, because its second argument is
+    # input_embeds in 5.0 and inputs_embeds in 5.25 (the private BertModel._create_attention_masks took a new
+    # required argument in 5.25)
+    mask = masking_utils.create_bidirectional_mask(encoder.config, embeddings, attention_mask)
     hidden = embeddings.reshape(-1, embeddings.shape[-1]).index_select(0, real)
-    attention = ALL_ATTENTION_FUNCTIONS.get_interface(encoder.config._attn_implementation, eager_attention_forward)
+    # as BertSelfAttention picks it (5.0 indexes the registry; later releases call get_interface, same result)
+    implementation = encoder.config._attn_implementation
+    attention = eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS[implementation]
     for layer in encoder.encoder.layer:
         self_attention = layer.attention.self
         heads = (*padded_shape, -1, self_attention.attention_head_size)
