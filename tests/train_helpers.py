@@ -43,6 +43,8 @@ def subprocess_env() -> dict:
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    # scripts that call `python` get this interpreter (a venv's, also when it was not activated)
+    env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), env.get("PATH")]))
     return env
 
 
@@ -110,3 +112,15 @@ def resume_run(run: Path, resume=True) -> dict:
 
     config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
     return train(config, resume=resume)
+
+
+def tree_digest(folder: Path) -> str:
+    """sha256 over every path and file content under ``folder`` (byte-identical trees have equal digests)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

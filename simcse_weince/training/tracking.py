@@ -111,6 +111,8 @@ def start_trackers(accelerator, csv_tracker, start_step: int, config: dict, proj
         else:
             flat[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
     accelerator.init_trackers(project, config=flat)
+    if csv_tracker is not None and csv_tracker.file is None:
+        csv_tracker.start()  # Accelerate < 1.4 builds trackers without calling start(); later ones call it
 
 
 def stop_requested(accelerator, interrupt: InterruptFlag) -> bool:
