@@ -284,11 +284,47 @@ def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | Non
     if args.resume and saved.is_file():
         saved_config = load_config(type(base), saved, aliases)
         config = apply_overrides(saved_config, overrides, aliases)
-        changed = changed_settings(config, saved_config)
-        if changed:
-            logger.warning(
-                "resuming with settings that differ from the saved run: %s (the continuation is then not the "
-                "uninterrupted run)",
-                ", ".join(changed),
-            )
+        check_resume_settings(config, saved_config, saved)
     return config
+
+
+#: the settings a resumed run may change: how long it runs, what it logs, saves and evaluates, where its data lie
+#: (the data's fingerprint is checked), the workers and the speed options (the same computation, checked at start)
+RESUMABLE_SETTINGS = frozenset({
+    "max_steps", "num_epochs", "save_steps", "save_total_limit", "logging_steps", "report_to", "num_workers",
+    "output_dir", "data_dir", "download", "eval_steps", "eval_before_training", "eval_batch_size", "final_tasks",
+    "final_evaluation", "mini_batch_size",
+})  # fmt: skip
+RESUMABLE_SECTIONS = ("speed",)
+
+
+def check_resume_settings(config, saved_config, saved_file: Path) -> None:
+    """``--resume`` continues the saved run: a setting that defines what the run computes (data, model, loss,
+    batch, schedule, precision, seed) may not change; one that does refuses in a line naming each difference and
+    what may change. The settings that may change are named in a warning."""
+    changed = changed_settings(config, saved_config)
+    fixed = [name for name in changed
+             if name not in RESUMABLE_SETTINGS and name.split(".")[0] not in RESUMABLE_SECTIONS]  # fmt: skip
+    if fixed:
+        shown = ", ".join(f"{name}: {_setting_text(saved_config, name)} != {_setting_text(config, name)}"
+                          for name in fixed)  # fmt: skip
+        may_change = ", ".join(f"--{name.replace('_', '-')}" for name in sorted(RESUMABLE_SETTINGS)
+                               if hasattr(config, name))  # fmt: skip
+        raise ValueError(
+            f"--resume continues the run saved in {saved_file.parent} with its own settings, and these differ: "
+            f"{shown}. On resume only {may_change} and the speed options may change (e.g. a larger --max-steps); "
+            f"for other settings start a new run (another --output-dir, or --overwrite)"
+        )
+    if changed:
+        logger.warning(
+            "resuming with settings that differ from the saved run: %s (the continuation is then not the "
+            "uninterrupted run)",
+            ", ".join(changed),
+        )
+
+
+def _setting_text(config, name: str) -> str:
+    value = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)

@@ -9,6 +9,7 @@ file fetched once is found offline afterwards. A model name is a Hub id, a local
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 DATA_DIR_ENV = "SIMCSE_WEINCE_DATA_DIR"
@@ -71,3 +72,20 @@ def hub_id_of(model: str) -> str | None:
     if Path(model).expanduser().exists():
         return None
     return model
+
+
+#: a name that becomes one folder: starts with a letter, digit or underscore, then those and ``. + = @ -``
+_FOLDER_NAME = re.compile(r"\w[\w.+=@-]{0,99}")
+
+
+def child_folder(parent: str | os.PathLike, name: str, what: str) -> Path:
+    """``parent / name`` for a ``name`` given by a user (a variant, a setting) that must stay one folder inside
+    ``parent``: the one place such names are checked. Refuses ``..``, separators, absolute paths, hidden names and
+    anything else outside :data:`_FOLDER_NAME` with a ``ValueError`` saying what is allowed."""
+    if not isinstance(name, str) or not _FOLDER_NAME.fullmatch(name):
+        suggestion = re.sub(r"[^\w.+=@-]+", "-", str(name)).strip(".-")[:100] or "v1"
+        raise ValueError(
+            f"{what} {name!r} cannot be a folder name (it becomes {Path(parent) / str(name)}): use letters, digits "
+            f"and . _ + = @ - (at most 100, not starting with '.' or '-'), e.g. {suggestion!r}"
+        )
+    return Path(parent).expanduser() / name

@@ -21,23 +21,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import cli_command, copy_run, make_tiny_model, resume_run, subprocess_env, write_train_file
+from train_helpers import (
+    cli_command,
+    copy_run,
+    make_tiny_model,
+    resume_run,
+    subprocess_env,
+    tree_digest,
+    write_train_file,
+)
 
 from simcse_weince.cli import main
 from simcse_weince.text.config import TrainConfig, preset
 from simcse_weince.text.train import train
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
-
-
-def tree_digest(folder: Path) -> str:
-    """sha256 over every path and file content under ``folder`` (byte-identical trees have equal digests)."""
-    digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*")):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        if path.is_file():
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +150,11 @@ CASES = [
     T("learning-rate-nan", "--learning-rate", "nan", "--output-dir", "{root}/new",
       expect="learning_rate must be a finite number"),
     T("temperature-negative", "--temperature", "-1", "--output-dir", "{root}/new", expect="temperature must be > 0"),
+    # issue 39: values that pass every range check but that the loss cannot train with, refused before any file
+    T("temperature-underflow", "--temperature", "1e-300", "--output-dir", "{root}/new", absent="{root}/new",
+      expect="the weince loss with temperature 1e-300 and hardness strength 0 is not finite at cosine similarities"),
+    T("hardness-overflow", "--hardness-strength", "1e300", "--loss", "infonce", "--output-dir", "{root}/new",
+      absent="{root}/new", expect="the infonce loss with temperature 0.05 and hardness strength 1e+300 is not finite"),
     T("quantile-out-of-range", "--quantile", "1.5", "--output-dir", "{root}/new", expect="quantile must be in [0, 1]"),
     T("quantile-text", "--weince.quantile", "high", "--output-dir", "{root}/new", expect="quantile must be a number"),
     T("beta-negative", "--beta", "-1", "--output-dir", "{root}/new", expect="beta must be > 0"),
@@ -256,6 +259,31 @@ def test_cli_bad_input(case, world, capsys, monkeypatch):
     assert not any(world["root"].glob(".*previous-run")), "an earlier run was left aside"
     if case.absent:
         assert not Path(_fill(case.absent, world)).exists(), "a failed start left files behind"
+
+
+@pytest.mark.parametrize("found", ["absent", "empty"])
+def test_a_start_that_fails_before_its_first_checkpoint_leaves_the_folder_as_found(world, tmp_path, capsys,
+                                                                                   monkeypatch, found):  # fmt: skip
+    """Issue 39: a failure at step 1 once left training_config.yaml behind, and the same command was then refused
+    ("already holds a simcse-weince run")."""
+    from simcse_weince.text.train import TextTask
+
+    run = tmp_path / "out" / "run"
+    if found == "empty":
+        run.mkdir(parents=True)
+    real_step = TextTask.train_step
+
+    def failing_step(self, step, batches, log_now):
+        raise RuntimeError("the step failed")
+
+    monkeypatch.setattr(TextTask, "train_step", failing_step)
+    argv = ["train", *world["flags"], "--output-dir", str(run)]
+    assert main(argv) == 1
+    assert "the step failed" in _one_error_line(capsys)
+    assert run.exists() == (found == "empty") and (found == "absent" or not any(run.iterdir()))
+    monkeypatch.setattr(TextTask, "train_step", real_step)
+    assert main(argv) == 0  # the same command again is not refused
+    assert (run / "results.json").is_file()
 
 
 # ------------------------------------------------------------------------------------------ the Python API
@@ -632,6 +660,50 @@ def test_compare_names_a_cell_file_that_is_not_a_result_and_trains_the_cell_agai
     assert retrained["config"] == {**finished["config"], "output_dir": str(results_file.parent)}
     assert [e["loss"] for e in retrained["history"]] == pytest.approx([e["loss"] for e in finished["history"]])
     assert (copy / "infonce" / "seed-1" / "results.json").stat().st_mtime_ns == kept
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [({"stsb_test_spearman": "abc"}, "its stsb_test (STS-B test) is 'abc', not a number"),
+     ({"evaluations": [{"step": 1, "stsb_dev_spearman": [1]}]},
+      "evaluations[0].stsb_dev_spearman is [1], not a number"),
+     ({"history": [{"step": "x", "loss": 1.0}]}, "history[0].step is 'x', not a number"),
+     ({"wall_time_seconds": None, "best_stsb_dev_spearman_during_training": True},
+      "its stsb_dev (STS-B dev (best)) is True, not a number")],
+    ids=["string-score", "list-in-curve", "string-step", "bool-score"],
+)  # fmt: skip
+def test_compare_names_the_file_and_field_of_a_damaged_result_and_trains_the_cell_again(
+    world, sweep, tmp_path, caplog, damage, problem
+):
+    """Issue 39: such a file once ended in "could not convert string to float: 'abc'", naming no file."""
+    copy = _copy_sweep(sweep, tmp_path)
+    results_file = copy / "infonce" / "seed-2" / "results.json"
+    results_file.write_text(json.dumps({**json.loads(results_file.read_text()), **damage}))
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        assert main(_compare_args(world, copy)) == 0
+    assert f"{results_file} is not a valid result: {problem}; the cell is trained again" in caplog.text
+    assert json.loads((copy / "comparison.json").read_text())["runs"][1]["seed"] == 2
+
+
+def test_compare_writes_its_three_outputs_together_or_not_at_all(world, sweep, tmp_path, capsys, monkeypatch):
+    from simcse_weince.compare import sweep as sweep_module
+
+    copy = _copy_sweep(sweep, tmp_path)
+    outputs = ("comparison.json", "comparison.md", "comparison.png")
+    before = {name: (copy / name).read_bytes() for name in outputs}
+
+    def broken_plot(*args, **kwargs):
+        raise RuntimeError("the figure failed")
+
+    monkeypatch.setattr(sweep_module, "plot_comparison", broken_plot)
+    assert main(_compare_args(world, copy, "--seeds", "1")) == 1  # another summary (one seed), then the figure fails
+    assert "the figure failed" in _one_error_line(capsys)
+    assert {name: (copy / name).read_bytes() for name in outputs} == before  # the earlier three, all kept
+    assert not list(copy.glob(".staging-*"))
+    monkeypatch.undo()
+    assert main(_compare_args(world, copy, "--seeds", "1")) == 0
+    assert json.loads((copy / "comparison.json").read_text())["seeds"] == [1]
+    assert all((copy / name).read_bytes() != before[name] for name in ("comparison.json", "comparison.md"))
 
 
 def test_compare_reuses_a_finished_cell_without_a_fingerprint_with_a_warning(world, sweep, tmp_path, caplog):

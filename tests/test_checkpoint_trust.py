@@ -12,12 +12,13 @@ import errno
 import json
 import logging
 import pathlib
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import copy_run, make_tiny_model, resume_run, write_train_file
+from train_helpers import copy_run, make_tiny_model, resume_run, tree_digest, write_train_file
 
 from simcse_weince.cli import main
 from simcse_weince.config import apply_overrides, load_config
@@ -169,6 +170,117 @@ def test_vision_resume_never_unpickles_the_extra_terms_state(tmp_path, capsys):
     line = _error_line(capsys)
     assert not marker.exists()
     assert f"{custom} holds a pickled Python object" in line, line
+
+
+def test_a_crafted_imagenet32_batch_is_refused_before_anything_in_it_runs(tmp_path, capsys):
+    """Issue 39: ImageNet-32's batches are pickles by their format; a crafted one given to the vision trainer is
+    refused by the allow-list reader, in one line naming the file, and its payload never runs."""
+    import pickle
+
+    pytest.importorskip("torchvision")
+    marker = tmp_path / "ran"
+    folder = tmp_path / "data" / "imagenet32" / "train"
+    folder.mkdir(parents=True)
+    batch = folder / "train_data_batch_1"
+    with open(batch, "wb") as handle:
+        pickle.dump({"data": Payload(marker), "labels": [1]}, handle)
+    flags = ["vision", "train", "--dataset", "imagenet32", "--data-dir", str(tmp_path / "data"), "--max-steps", "1",
+             "--output-dir", str(tmp_path / "run")]  # fmt: skip
+    assert main(flags) == 1
+    line = _error_line(capsys)
+    assert not marker.exists()
+    assert f"{batch} holds a pickled Python object (pathlib.Path.touch)" in line, line
+    assert "weights_only=False" not in line and "refused unread" in line
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate"])
+def test_a_model_folder_with_a_crafted_pickle_is_refused_in_one_line(finished, tmp_path, capsys, command):
+    """Issue 39: transformers' own refusal (torch's message) suggests weights_only=False; ours names the file."""
+    from safetensors.torch import load_file
+
+    model = tmp_path / "received-model"
+    shutil.copytree(finished["root"] / "tiny", model)
+    marker = tmp_path / "ran"
+    state = load_file(str(model / "model.safetensors"))
+    torch.save({**state, "extra": Payload(marker)}, model / "pytorch_model.bin")
+    (model / "model.safetensors").unlink()
+    if command == "train":
+        flags = ["train", *finished["flags"], "--output-dir", str(tmp_path / "run")]
+        flags[flags.index("--model") + 1] = str(model)
+    else:
+        flags = ["evaluate", str(model), "--pooler", "cls"]
+    assert main(flags) == 1
+    line = _error_line(capsys)
+    assert not marker.exists() and not (tmp_path / "run").exists()
+    assert f"{model / 'pytorch_model.bin'} holds a pickled Python object" in line, line
+    assert "weights_only" not in line and "Traceback" not in line
+
+
+def test_no_module_but_the_safe_reader_unpickles():
+    """Issue 39: the allow-list reader is the only caller of pickle.load / torch.load in the package."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "simcse_weince"
+    callers = []
+    for source in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                name = f"{getattr(owner, 'id', getattr(owner, 'attr', '?'))}.{node.func.attr}"
+                if name in {"pickle.load", "pickle.loads", "torch.load", "pickle.Unpickler"}:
+                    callers.append(f"{source.relative_to(package)}:{node.lineno} {name}")
+    assert callers == ["safe_load.py:" + callers[0].split(":")[1]] and "torch.load" in callers[0], callers
+
+
+# ------------------------------------------------------------------------ 3b. --resume continues the same run
+
+
+def test_resume_refuses_training_data_that_changed_since_the_run_started(finished, tmp_path, capsys):
+    """Issue 39: after a kill, replacing the training file's content and resuming trained on the new content."""
+    run = copy_run(finished["run"], tmp_path)
+    train_file = finished["root"] / "train.txt"
+    original = train_file.read_bytes()
+    before = tree_digest(run)
+    try:
+        train_file.write_bytes(original.replace(b"a", b"e", 1))  # the same size: only the hash sees it
+        assert main(["train", *finished["flags"], "--output-dir", str(run), "--resume"]) == 1
+    finally:
+        train_file.write_bytes(original)
+    line = _error_line(capsys)
+    assert "--resume: the training data changed since the run started" in line and str(train_file) in line, line
+    assert tree_digest(run) == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "difference"),
+    [(["--batch-size", "4"], "batch_size: 8 != 4"), (["--learning-rate", "2e-3"], "learning_rate: 0.001 != 0.002"),
+     (["--train-file", "{triplets}"], "train_file: {train} != {triplets}")],
+    ids=["batch-size", "learning-rate", "triplet-file"],
+)  # fmt: skip
+def test_resume_refuses_settings_that_define_the_run_and_names_what_may_change(
+    finished, tmp_path, capsys, flags, difference
+):
+    run = copy_run(finished["run"], tmp_path)
+    triplets = tmp_path / "triplets.csv"
+    triplets.write_text("sent0,sent1,hard_neg\n" + "a b,c d,e f\n" * 40)
+    names = {"triplets": str(triplets), "train": str(finished["root"] / "train.txt")}
+    before = tree_digest(run)
+    argv = ["train", *finished["flags"], "--output-dir", str(run), "--resume", *[f.format(**names) for f in flags]]
+    assert main(argv) == 1
+    line = _error_line(capsys)
+    assert difference.format(**names) in line and "only --data-dir" in line and "--max-steps" in line, line
+    assert "start a new run (another --output-dir, or --overwrite)" in line
+    assert tree_digest(run) == before
+
+
+def test_resume_may_extend_max_steps(finished, tmp_path, caplog):
+    run = copy_run(finished["run"], tmp_path)
+    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
+        assert main(["train", *finished["flags"], "--output-dir", str(run), "--resume", "--max-steps", "7"]) == 0
+    assert "differ from the saved run: max_steps" in caplog.text
+    results = json.loads((run / "results.json").read_text())
+    assert [entry["step"] for entry in results["history"]] == list(range(1, 8))
+    assert _losses(results["history"])[:4] == _losses(finished["history"])[:4]  # steps 1-4 are the run's own
 
 
 # ------------------------------------------------------------------------------ 4. a failed write (full disk)

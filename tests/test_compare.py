@@ -75,6 +75,20 @@ def test_unknown_variant_is_one_clear_line(tmp_path, capsys):
     assert "nope" in error and "known: infonce, weince" in error
 
 
+@pytest.mark.parametrize("name", ["../escaped", "/tmp/absolute", "a/b", ".hidden", ".."])
+def test_a_variant_name_that_would_leave_the_sweep_folder_is_refused(tmp_path, capsys, name):
+    # issue 39: a variant's name becomes a folder; one outside the sweep folder must not be written
+    variants = tmp_path / "variants.yaml"
+    variants.write_text(json.dumps({name: {"loss": "weince"}}))
+    sweep = tmp_path / "deep" / "sweep"
+    code = main(["compare", "--variants-file", str(variants), "--losses", f"infonce,{name}", "--seeds", "1",
+                 "--output-dir", str(sweep)])  # fmt: skip
+    assert code == 1
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "cannot be a folder name" in error and "Traceback" not in error, error
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["variants.yaml"]  # nothing written anywhere
+
+
 # --- a real sweep: killed after its first finished run, then the same command again ------------------------------
 
 

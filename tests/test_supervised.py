@@ -239,6 +239,10 @@ MALFORMED = [
     ("empty-cell.csv", GOOD + "A dog barks.,,A dog sleeps.\n", "line 4: column 'sent1' is empty"),
     ("ragged.csv", GOOD + "A dog barks.,A dog is loud.\n", "line 4: 2 fields where the header has 3"),
     ("quoting.csv", GOOD + 'A "dog" barks.,"A dog is loud.,x\n', "line 4"),
+    # issue 39: an unbalanced quote that a later quote closes once silently merged lines 3-6 into one row
+    ("quote-over-lines.tsv", 'anchor\tpositive\na\tb\nx\t"c\nd\te\nf\tg\nh"\ni\tj\n',
+     "line 3: a quote opened here runs over 4 lines (to line 6)"),
+    ("quote-over-lines.csv", 'sent0,sent1\na,b\nx,"c\nd,e"\n', "line 3: a quote opened here runs over 2 lines"),
     ("header-only.tsv", "anchor\tpositive\n", "has a header (anchor,positive) but no rows"),
     ("empty.csv", "", "is empty"),
     ("not-object.jsonl", '{"anchor": "a", "positive": "b"}\n["a", "b"]\n', "line 2: a JSON list, not an object"),

@@ -60,26 +60,27 @@ def test_cifar_offline_gives_a_clear_error(tmp_path, monkeypatch):
         load_image_dataset("stl10", "pretrain", data_dir=tmp_path, download=False)
 
 
-def _imagenet32_batch(path, images, labels, npz=False):
+def _imagenet32_batch(path, images, labels, npz=False, protocol=None):
     data = images.transpose(0, 3, 1, 2).reshape(len(images), -1)  # channel-major rows, as distributed
     if npz:
         np.savez(path, data=data, labels=labels)
     else:
         with open(path, "wb") as handle:
-            pickle.dump({"data": data, "labels": labels, "mean": data.mean(0)}, handle)
+            pickle.dump({"data": data, "labels": labels, "mean": data.mean(0)}, handle, protocol=protocol)
 
 
-@pytest.mark.parametrize("npz", [False, True])
-def test_imagenet32_pickle_batches(tmp_path, npz):
+@pytest.mark.parametrize("npz, protocol", [(False, 2), (False, 4), (False, 5), (True, None)])
+def test_imagenet32_pickle_batches(tmp_path, npz, protocol):
+    # every pickle protocol numpy arrays are written in reads through the allow-list reader (safe_load.py)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
     folder = tmp_path / "imagenet32" / "Imagenet32_train"
     folder.mkdir(parents=True)
     suffix = ".npz" if npz else ""
-    _imagenet32_batch(folder / f"train_data_batch_1{suffix}", images[:3], [1, 2, 1000], npz)
-    _imagenet32_batch(folder / f"train_data_batch_2{suffix}", images[3:4], [7], npz)
+    _imagenet32_batch(folder / f"train_data_batch_1{suffix}", images[:3], [1, 2, 1000], npz, protocol)
+    _imagenet32_batch(folder / f"train_data_batch_2{suffix}", images[3:4], [7], npz, protocol)
     (tmp_path / "imagenet32" / "val").mkdir()
-    _imagenet32_batch(tmp_path / "imagenet32" / "val" / f"val_data{suffix}", images[4:], [5], npz)
+    _imagenet32_batch(tmp_path / "imagenet32" / "val" / f"val_data{suffix}", images[4:], [5], npz, protocol)
     train = load_image_dataset("imagenet32", "pretrain", data_dir=tmp_path)
     test = load_image_dataset("imagenet32", "test", data_dir=tmp_path)
     assert (len(train), len(test)) == (4, 1)

@@ -341,6 +341,62 @@ MUTATIONS = (
           "from sentence_transformers.util import all_gather")),
         ("tests/test_distributed_loss.py",), "the global-batch gradient needs every process's share",
     ),
+    # ---- issue 39: received files, half-made runs, resume
+    Mutation(
+        "safe reader: the data-batch unpickler builds whatever a file names", "simcse_weince/safe_load.py",
+        (("        found = ALLOWED.get(f\"{module}.{name}\")\n        if found is None:",
+          "        found = super().find_class(module, name)\n        if found is None:"),),
+        (TRUST, "-k", "imagenet32"), "issue 39.1: a crafted ImageNet-32 batch ran its payload",
+    ),
+    Mutation(
+        "model folders: torch's refusal (which suggests weights_only=False) reaches the user",
+        "simcse_weince/text/model.py",
+        (("            with refusing_pickles(path):\n                encoder =",
+          "            if True:\n                encoder ="),),
+        (TRUST, "-k", "crafted_pickle and train"), "issue 39.7: never steer the user to the unsafe option",
+    ),
+    Mutation(
+        "objective: settings whose logits overflow pass to step 1", "simcse_weince/training/objective.py",
+        (("        self.check_extremes()\n", ""),),
+        ("tests/test_bad_inputs.py", "-k", "underflow or overflow"), "issue 39.2: refused before any file is written",
+    ),
+    Mutation(
+        "run folder: a start that fails before its first checkpoint leaves a half-made run", RUNS,
+        (("                self._undo_fresh_start()\n", "                pass\n"),),
+        ("tests/test_bad_inputs.py", "-k", "as_found"), "issue 39.2: the same command must be able to run again",
+    ),
+    Mutation(
+        "resume: the training data's fingerprint is not compared", "simcse_weince/training/loop.py",
+        (("            check_same_data(state, fresh, folder.checkpoint)\n", ""),),
+        (TRUST, "-k", "training_data_that_changed"), "issue 39.3: --resume trained on the new file's content",
+    ),
+    Mutation(
+        "resume: a setting that defines the run may change", "simcse_weince/config.py",
+        (("    if fixed:\n        shown", "    if False:\n        shown"),),
+        (TRUST, "-k", "settings_that_define"), "issue 39.3: another --batch-size only warned",
+    ),
+    Mutation(
+        "compare: a variant name becomes a path unchecked", "simcse_weince/paths.py",
+        (("    if not isinstance(name, str) or not _FOLDER_NAME.fullmatch(name):",
+          "    if not isinstance(name, str):"),),
+        ("tests/test_compare.py", "-k", "leave_the_sweep"), "issue 39.4: ../x wrote cells outside the sweep folder",
+    ),
+    Mutation(
+        "training files: a quote that runs over lines merges them silently", "simcse_weince/text/columns.py",
+        (("            if reader.line_num != first_line:", "            if False:"),),
+        ("tests/test_supervised.py", "-k", "quote_over_lines"), "issue 39.5: 12 data lines trained as 9 rows",
+    ),
+    Mutation(
+        "compare: a results.json field that is not a number is used", "simcse_weince/compare/cells.py",
+        (("        if value is not None and not _is_number(value):", "        if False:"),),
+        ("tests/test_bad_inputs.py", "-k", "damaged_result"), "issue 39.6: 'could not convert string to float'",
+    ),
+    Mutation(
+        "compare: the outputs are written one by one (a failure leaves them mixed)", "simcse_weince/compare/sweep.py",
+        (("    except BaseException:\n        for path in staging.values():\n            path.unlink(missing_ok=True)\n        raise",  # noqa: E501
+          "    except BaseException:\n        for name, path in staging.items():\n            os.replace(path, output_dir / name) if path.exists() else None\n        raise"),),  # noqa: E501
+        ("tests/test_bad_inputs.py", "-k", "together_or_not"), "issue 39.6: .json/.md rewritten, the old .png kept",
+    ),
     # ---- issue 24: checkpoints
     Mutation(
         "checkpoints: the files of a checkpoint without a manifest are unpickled", RUNS,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config
+from simcse_weince.paths import child_folder
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +60,9 @@ def load_variants(path, builtins: dict[str, dict] | None = None) -> dict[str, di
 
 
 def cell_dir(output_dir, variant: str, seed: int) -> Path:
-    """The run folder of one cell: ``<output_dir>/<variant>/seed-<seed>``."""
-    return Path(output_dir).expanduser() / variant / f"seed-{seed}"
+    """The run folder of one cell: ``<output_dir>/<variant>/seed-<seed>`` (a variant name that would leave
+    ``output_dir`` is refused: :func:`~simcse_weince.paths.child_folder`)."""
+    return child_folder(output_dir, variant, "variant") / f"seed-{int(seed)}"
 
 
 def cell_configs(base, variants: dict[str, dict], seeds: list[int], output_dir) -> dict[tuple[str, int], object]:
@@ -87,31 +90,6 @@ class CellState:
     results: dict | None  # a finished cell's results (reused as they are); None: the cell trains
     started: bool  # training_config.yaml is there: the cell resumes from its newest checkpoint
     fingerprint: dict | None  # the cell's training data (text: path, size, sha256 of the file); None: not checked
-
-
-#: sha256 of the training files hashed by this compare() call: (path, size, mtime, inode) -> hex digest
-_DIGESTS: dict[tuple, str] = {}
-
-
-def clear_digests() -> None:
-    """Forget the hashed files: a training file may have changed since the last call in this process."""
-    _DIGESTS.clear()
-
-
-def file_fingerprint(path) -> dict:
-    """``{"path", "size", "sha256"}`` of a file: what a finished cell records of its training data."""
-    import hashlib
-
-    path = Path(path)
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
-    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
 
 
 def _setting(config, name: str):
@@ -180,10 +158,31 @@ def _invalid_result(results, config, task: Task) -> str | None:
         return "it records no training history ('history')"
     try:
         _recorded_config(config, results["config"])
-        task.read_metrics(results)
+        metrics = task.read_metrics(results)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return f"{type(error).__name__}: {error}"
+    for name, value in metrics.items():
+        if value is not None and not _is_number(value):
+            return f"its {name} ({task.metric_labels.get(name, name)}) is {value!r}, not a number"
+    for key, fields in (("evaluations", ("step", task.dev_curve)), ("history", ("step", "lambda_mean"))):
+        entries = results.get(key) or []
+        if not isinstance(entries, list):
+            return f"its {key!r} is a {type(entries).__name__}, not a list"
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                return f"{key}[{index}] is a {type(entry).__name__}, not an object"
+            for field in filter(None, fields):
+                if entry.get(field) is not None and not _is_number(entry[field]):
+                    return f"{key}[{index}].{field} is {entry[field]!r}, not a number"
+    seconds = results.get("wall_time_seconds")
+    if seconds is not None and not _is_number(seconds):
+        return f"its wall_time_seconds is {seconds!r}, not a number"
     return None
+
+
+def _is_number(value) -> bool:
+    """A finite int or float (JSON's numbers; not a bool, a string or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_cell(config, task: Task | None = None) -> CellState:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
-from simcse_weince.compare.cells import cell_configs, check_cell, clear_digests, task_for
+from simcse_weince.compare.cells import cell_configs, check_cell, task_for
 from simcse_weince.compare.plots import plot_comparison, plot_lambda_over_training
 from simcse_weince.compare.report import format_markdown
 from simcse_weince.compare.statistics import seed_averaged_lambda, summarize
 from simcse_weince.provenance import git_commit
+from simcse_weince.training.runs import clear_digests
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +88,30 @@ def compare(base, variants: dict[str, dict], seeds: list[int], output_dir, *, ba
     }
     summary["curves"] = {f"{name}/seed-{seed}": points for (name, seed), points in curves.items()}
     summary["lambda_curves"] = seed_averaged_lambda(lambda_histories)
-    (output_dir / "comparison.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (output_dir / "comparison.md").write_text(format_markdown(summary), encoding="utf-8")
-    plot_comparison(runs, curves, summary, output_dir / "comparison.png", dev_curve=task.dev_curve)
-    if summary["lambda_curves"]:  # the WEINCE variants: what λ did, averaged over seeds
-        plot_lambda_over_training(summary["lambda_curves"], output_dir / "comparison_lambda.png")
+    write_outputs(output_dir, summary, runs, curves, task)
     logger.debug("comparison written to %s (comparison.json, .md, .png)", output_dir)
     return summary
+
+
+def write_outputs(output_dir: Path, summary: dict, runs: list[dict], curves: dict, task) -> None:
+    """comparison.json, .md, .png (and comparison_lambda.png for WEINCE variants) together or not at all: each is
+    made under a staging name first, then all are renamed; a failure on the way leaves the earlier ones as they
+    were, and a λ figure of an earlier sweep that has none now is removed (it would describe other runs)."""
+    # staging names keep the suffix (matplotlib picks the format by it)
+    staging = {name: output_dir / f".staging-{name}" for name in ("comparison.json", "comparison.md", "comparison.png")}
+    lambda_figure = output_dir / "comparison_lambda.png"
+    try:
+        staging["comparison.json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        staging["comparison.md"].write_text(format_markdown(summary), encoding="utf-8")
+        plot_comparison(runs, curves, summary, staging["comparison.png"], dev_curve=task.dev_curve)
+        if summary["lambda_curves"]:  # the WEINCE variants: what λ did, averaged over seeds
+            staging["comparison_lambda.png"] = output_dir / ".staging-comparison_lambda.png"
+            plot_lambda_over_training(summary["lambda_curves"], staging["comparison_lambda.png"])
+    except BaseException:
+        for path in staging.values():
+            path.unlink(missing_ok=True)
+        raise
+    for name, path in staging.items():
+        os.replace(path, output_dir / name)
+    if "comparison_lambda.png" not in staging:
+        lambda_figure.unlink(missing_ok=True)

@@ -271,9 +271,12 @@ def _load_model(name: str, device: str | None):
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from simcse_weince.safe_load import refusing_pickles
+
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return SentenceTransformer(name, device=device)
+        with refusing_pickles(name):
+            return SentenceTransformer(name, device=device)
     except OSError as error:
         raise FileNotFoundError(f"cannot load the model {name!r}: {error}") from error
 

@@ -277,15 +277,20 @@ def as_encoder(
         hf_model, tokenizer = _hf_parts_of(model)
         return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)
     if isinstance(model, str) or hasattr(model, "__fspath__"):
+        from simcse_weince.safe_load import refusing_pickles
+
         name = str(model)
         if pooler is None:
             from sentence_transformers import SentenceTransformer
 
-            return SentenceTransformerEncoder(SentenceTransformer(name, device=device), **options)
+            with refusing_pickles(name):
+                return SentenceTransformerEncoder(SentenceTransformer(name, device=device), **options)
         from transformers import AutoModel, AutoTokenizer
 
         options["device"] = device or default_device()
-        return HFEncoder(AutoModel.from_pretrained(name), AutoTokenizer.from_pretrained(name), pooler=pooler, **options)
+        with refusing_pickles(name):
+            hf_model = AutoModel.from_pretrained(name)
+        return HFEncoder(hf_model, AutoTokenizer.from_pretrained(name), pooler=pooler, **options)
     if callable(model) and not _looks_like_hf_model(model):
         return model
     raise ValueError(

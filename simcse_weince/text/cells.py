@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from simcse_weince.compare.cells import CellState, Task, check_cell, file_fingerprint, write_results
+from simcse_weince.compare.cells import CellState, Task, check_cell, write_results
+from simcse_weince.training.runs import file_fingerprint
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ SimCSE          sentence-transformers  what the column holds
 
 One column is unsupervised SimCSE (like a plain text file), two are pairs, three are SimCSE's NLI triplets
 (``nli_for_simcse.csv``: ``sent0,sent1,hard_neg``). Every problem (an unknown or missing column, a ragged row, an
-empty cell, bad quoting, a JSON line that is not an object) is reported in one line that names the file, the
-line and the column, before anything is trained.
+empty cell, bad quoting or a quote that runs over lines, a JSON line that is not an object) is reported in one line
+that names the file, the line and the column, before anything is trained.
 """
 
 from __future__ import annotations
@@ -143,12 +143,19 @@ def _delimited(path: Path, delimiter: str):
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter, strict=True)
         while True:
+            first_line = reader.line_num + 1
             try:
                 fields = next(reader)
             except StopIteration:
                 return
             except csv.Error as error:
                 raise ValueError(f"training file {path}, line {reader.line_num}: {error}") from None
+            if reader.line_num != first_line:  # one row per line: a quoted cell never holds a line break
+                raise ValueError(
+                    f"training file {path}, line {first_line}: a quote opened here runs over "
+                    f"{reader.line_num - first_line + 1} lines (to line {reader.line_num}), merging them into one "
+                    f"row; close the quote, or remove it (a cell may not hold a line break)"
+                )
             if fields and fields[0].startswith("\ufeff") and reader.line_num == 1:  # a BOM before the header
                 fields[0] = fields[0][1:]
             yield reader.line_num, (fields if any(field.strip() for field in fields) else None)

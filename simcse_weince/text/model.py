@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
+from simcse_weince.safe_load import RefusedPickle, refusing_pickles
 
 
 def default_max_seq_length(model_path: str, tokenizer) -> int:
@@ -129,8 +130,11 @@ class SimCSEModel(nn.Module):
             if dropout is not None:
                 setattr(config, name, dropout)
         try:
-            encoder = AutoModel.from_pretrained(path, config=config)
+            with refusing_pickles(path):
+                encoder = AutoModel.from_pretrained(path, config=config)
             tokenizer = AutoTokenizer.from_pretrained(path)
+        except RefusedPickle:
+            raise
         except (OSError, ValueError) as error:
             raise loading_error(error) from error
         if max_seq_length is None:

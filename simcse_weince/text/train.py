@@ -50,7 +50,7 @@ from simcse_weince.text.results import (
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
 from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.training.runs import CHECKPOINTS
+from simcse_weince.training.runs import CHECKPOINTS, file_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class TextTask:
     def build(self, run: TrainingRun):
         config, accelerator = self.config, run.accelerator
         self.train_file, self.data_dir = resolve_train_file(config), resolve_data_dir(config.data_dir)
+        self.data_fingerprint = file_fingerprint(self.train_file)  # checked on --resume (training/loop.py)
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
@@ -118,7 +119,8 @@ class TextTask:
         return self.model, total_steps
 
     def initial_state(self) -> dict:
-        return {"best_step": None, "best_stsb_dev_spearman": None, "base_stsb_dev_spearman": None, "evaluations": []}
+        return {"best_step": None, "best_stsb_dev_spearman": None, "base_stsb_dev_spearman": None, "evaluations": [],
+                "data_fingerprint": self.data_fingerprint}  # fmt: skip
 
     def options(self) -> LoopOptions:
         config = self.config

@@ -112,6 +112,21 @@ class TrainingTask(Protocol):
         reports the whole run); returns what ``train()`` does."""
 
 
+def check_same_data(saved: dict, fresh: dict, checkpoint) -> None:
+    """``--resume`` trains on the data the run started on: the ``data_fingerprint`` (size and sha256 of the
+    training file) a trainer records in its state at step 0 must be the file's now, or the resume is refused."""
+    old, new = saved.get("data_fingerprint"), fresh.get("data_fingerprint")
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return  # a trainer without a data file (vision: a named data set), or a checkpoint of an earlier release
+    if (old.get("size"), old.get("sha256")) != (new.get("size"), new.get("sha256")):
+        raise ValueError(
+            f"--resume: the training data changed since the run started ({checkpoint} was trained on "
+            f"{old.get('path')}: {old.get('size')} bytes, sha256 {str(old.get('sha256'))[:12]}; "
+            f"{new.get('path')} now holds {new.get('size')} bytes, sha256 {str(new.get('sha256'))[:12]}); "
+            f"put the original file back to resume, or start a new run (another --output-dir, or --overwrite)"
+        )
+
+
 def run_training(config, task: TrainingTask, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
     """Train ``task`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
     result of ``task.export``. ``resume`` and ``overwrite`` as in :class:`~simcse_weince.training.runs.RunFolder`."""
@@ -136,7 +151,9 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         options = task.options()
         state = new_trainer_state(**task.initial_state())
         if folder.checkpoint is not None:
+            fresh = state
             state = load_checkpoint(accelerator, folder.checkpoint)
+            check_same_data(state, fresh, folder.checkpoint)
             logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
             timer.restore(state)
         folder.claim(config)

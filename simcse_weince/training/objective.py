@@ -46,6 +46,39 @@ class ContrastiveObjective:
         self.weince = weince or WeinceConfig()
         self.extra_terms = extra_terms
         self.hardness_strength = float(hardness_strength)  # LLaVE's weighting of hard negatives; 0: plain
+        self.check_extremes()
+
+    def check_extremes(self) -> None:
+        """Refuse settings the loss cannot train with (``ValueError``, before any file is written): the loss and
+        its gradient at the extreme cosines, +1 (duplicates: positives and negatives alike) and -1, for λ = 0 and
+        λ = 1, must be finite in float32. ``--temperature 1e-300`` or ``--hardness-strength 1e300`` pass every
+        range check and would otherwise fail at step 1."""
+        basis = torch.eye(3)
+        anchors = torch.stack([basis[0], basis[0], -basis[0], basis[1]]).requires_grad_(True)
+        candidates = torch.stack([basis[0], basis[0], basis[0], -basis[1]])
+        options = {"temperature": self.temperature, "geometry": self.geometry,
+                   "hardness_strength": self.hardness_strength}  # fmt: skip
+        with torch.autocast(device_type="cpu", enabled=False):
+            for mixing_weight in (0.0, 1.0) if self.loss == "weince" else (None,):
+                try:
+                    if mixing_weight is None:
+                        loss = infonce_loss(anchors, candidates, **options)
+                    else:
+                        loss = weince_loss(anchors, candidates, config=self.weince, mixing_weight=mixing_weight,
+                                           **options)  # fmt: skip
+                    (grad,) = torch.autograd.grad(loss, anchors)
+                    finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(grad).all())
+                except (RuntimeError, FloatingPointError, ValueError) as error:
+                    if isinstance(error, ValueError) and "not finite" not in str(error):
+                        raise  # a bad value the core names itself (a temperature <= 0, ...)
+                    finite = False
+                if not finite:
+                    raise ValueError(
+                        f"the {self.loss} loss with temperature {self.temperature:g} and hardness strength "
+                        f"{self.hardness_strength:g} is not finite at cosine similarities of ±1 (its logits "
+                        f"overflow float32), so training would stop at its first step; use a larger temperature "
+                        f"(0.05 is SimCSE's) or a smaller hardness strength (9 is sentence-transformers')"
+                    )
 
     def __call__(
         self, first_view: torch.Tensor, second_view: torch.Tensor, *hard_negatives: torch.Tensor,

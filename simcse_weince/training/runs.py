@@ -15,7 +15,7 @@ first checkpoint; ``--resume`` verifies the checkpoint before loading it.
 
 Trust: a run folder may come from someone else, so nothing in it is unpickled. Every pickle-format file
 (``.bin``/``.pkl``/``.pt``) is read with ``torch.load(weights_only=True)`` (tensors, numbers, numpy arrays) before
-Accelerate loads it, and a file holding any other Python object is refused (:func:`load_tensors`). A save that
+Accelerate loads it, and a file holding any other Python object is refused (:mod:`simcse_weince.safe_load`). A save that
 fails (full disk, read-only, quota) ends in a :class:`WriteError` naming the folder and the cause, and leaves no
 partial ``.tmp`` behind.
 """
@@ -23,6 +23,7 @@ partial ``.tmp`` behind.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.config import CONFIG_FILE
+from simcse_weince.safe_load import RefusedPickle, is_refused, load_tensors, refusal, refused_global
 
 logger = logging.getLogger(__name__)
 
@@ -49,44 +51,36 @@ class WriteError(RuntimeError):
     folder and the cause, and the partial copy is already removed."""
 
 
-def _allowed_globals() -> list:
-    """What Accelerate's RNG state file holds besides tensors: numpy's MT19937 state (an ndarray), the same
-    list Accelerate allows for its own weights_only loads."""
-    import codecs
-
-    import numpy as np
-
-    core = getattr(np, "_core", None) or np.core
-    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, codecs.encode]
-    if hasattr(np, "dtypes"):
-        allowed.append(np.dtypes.UInt32DType)
-    return allowed
-
-
-def load_tensors(path: Path, mmap: bool = False):
-    """``torch.load`` that never runs code from the file: ``weights_only=True`` (tensors, containers, numbers,
-    strings, numpy arrays). A file that pickles anything else raises ``pickle.UnpicklingError``."""
-    safe_globals = getattr(torch.serialization, "safe_globals", None)  # torch >= 2.5; 2.4: add_safe_globals
-    context = safe_globals(_allowed_globals()) if safe_globals else contextlib.nullcontext()
-    if safe_globals is None:
-        torch.serialization.add_safe_globals(_allowed_globals())
-    with context:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-
-
 def _unreadable(path: Path, error: Exception) -> str:
     """The problem of a file that failed to load, naming it; a refused pickle says so."""
-    import pickle
-
+    if is_refused(error):
+        return error.args[0] if isinstance(error, RefusedPickle) else refusal(path, refused_global(error))
     text = str(error)
-    if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in text:
-        found = re.search(r"GLOBAL ([\w.]+)", text)
-        what = f" ({found.group(1)})" if found else ""
-        return (
-            f"{path} holds a pickled Python object{what} besides tensors and plain data; it was refused unread "
-            f"(unpickling a file from elsewhere can run code)"
-        )
     return f"{path} cannot be read ({type(error).__name__}: {text.splitlines()[0][:200] if text else ''})"
+
+
+#: sha256 of the training files hashed in this process, (path, size, mtime, inode) -> hex digest (compare clears it)
+_DIGESTS: dict[tuple, str] = {}
+
+
+def clear_digests() -> None:
+    """Forget the hashed files: a training file may have changed since the last call in this process."""
+    _DIGESTS.clear()
+
+
+def file_fingerprint(path) -> dict:
+    """``{"path", "size", "sha256"}`` of a file: what a run (and a finished ``compare`` cell) records of its
+    training data, checked on ``--resume``."""
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
 
 
 def new_trainer_state(**extra) -> dict:
@@ -503,7 +497,9 @@ class RunFolder:
         self.resume, self.accelerator = resume, accelerator
         self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, accelerator.is_main_process)
         accelerator.wait_for_everyone()
-        self._claimed = False
+        self._claimed = False  # an earlier run was moved aside (--overwrite)
+        self._found = None  # a fresh start's folder as found: None (not claimed), "absent" or "empty"
+        self._started = False  # a checkpoint or the export has been written
 
     @property
     def checkpoints(self) -> Path:
@@ -514,16 +510,21 @@ class RunFolder:
         from simcse_weince.config import save_config
 
         if self.accelerator.is_main_process:
+            if not self.resume:
+                self._found = "empty" if self.output_dir.is_dir() and not any(self.output_dir.iterdir()) else "absent"
             self._claimed = claim_output_dir(self.output_dir, self.resume) is not None
             save_config(config, self.output_dir / CONFIG_FILE)
         self.accelerator.wait_for_everyone()
 
     def save_checkpoint(self, state: dict, limit: int) -> Path:
-        return save_checkpoint(self.accelerator, self.output_dir, state, limit)
+        saved = save_checkpoint(self.accelerator, self.output_dir, state, limit)
+        self._started = True
+        return saved
 
     def finish(self, drop: Path | None = None) -> None:
         """The run has exported its result: the run it replaced can go, and so can the checkpoint ``drop`` (the
         text trainer's last step, kept only until the export is written)."""
+        self._started = True
         if self.accelerator.is_main_process:
             release_previous_run(self.output_dir)
             if drop is not None and drop.resolve().parent == self.checkpoints.resolve():  # never another run's
@@ -539,4 +540,19 @@ class RunFolder:
                 logger.warning(
                     "the new run stopped before its first checkpoint: the earlier run in %s is back", self.output_dir
                 )
+            elif self._found is not None and not self._started:
+                # nothing of the run is worth keeping: leave the folder as it was found, so that the same command
+                # can run again (a half-made run would be refused as "already holds a simcse-weince run")
+                self._undo_fresh_start()
             raise
+
+    def _undo_fresh_start(self) -> None:
+        if self._found == "absent":
+            shutil.rmtree(self.output_dir, ignore_errors=True)
+        else:
+            for child in list(self.output_dir.iterdir()):
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        logger.info("the run stopped before its first checkpoint; %s is left as it was found", self.output_dir)

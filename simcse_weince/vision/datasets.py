@@ -23,7 +23,6 @@ is on (``HF_HUB_OFFLINE=1`` and friends), in which case a ``FileNotFoundError`` 
 from __future__ import annotations
 
 import os
-import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
+from simcse_weince.safe_load import load_pickle
 
 SPLITS = ("pretrain", "train", "test")
 TINY_IMAGENET_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -150,10 +150,9 @@ class ImageNet32(Dataset):
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as batch:
                 return {"data": batch["data"], "labels": batch["labels"]}
-        # the format of these batches is a pickle (unpickling runs any code a file holds): docs/vision.md says
-        # to use only batches downloaded from image-net.org, or the .npz variant
-        with open(path, "rb") as handle:
-            return pickle.load(handle)
+        # the format of these batches is a pickle: read by the allow-list reader (numpy arrays, lists, numbers),
+        # so a crafted batch is refused before anything in it is built
+        return load_pickle(path)
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.safe_load import load_tensors
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
 from simcse_weince.training.objective import ContrastiveObjective
@@ -198,7 +199,7 @@ def load_pretrained(checkpoint: str | Path, device: str | torch.device = "cpu"):
     if weights.is_file():
         state = load_file(str(weights), device="cpu")
     elif (checkpoint / "pytorch_model.bin").is_file():
-        state = torch.load(checkpoint / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        state = load_tensors(checkpoint / "pytorch_model.bin")
     else:
         raise FileNotFoundError(f"no model weights (model.safetensors) in {checkpoint}")
     model.load_state_dict(state)
