@@ -127,3 +127,33 @@ def test_negatives_budget_rule_is_the_protocols():
     config = pilot.cell_config(1024, 2, 1.2e-4, "no")
     assert (config.batch_size, config.mini_batch_size, config.num_epochs, config.pooler) == (1024, 64, 2, "cls")
     assert pilot.cell_config(64, 1, 3e-5, "no").mini_batch_size is None
+
+
+def test_hardness_mechanism_gradients_are_the_trainers_and_mass_adds_up(monkeypatch):
+    # Study 3's mechanism reads each loss's gradient on the similarity matrix: it must be the trainer's loss, and
+    # InfoNCE's softmax puts exactly half of an anchor's mass on its positive (Σ_j≠i p_ij = 1 - p_ii, one slope 1/τ)
+    import hardness_mechanism as mechanism
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    anchors = torch.randn(16, 8, generator=generator)
+    positives = anchors + 0.3 * torch.randn(16, 8, generator=generator)
+    results = {}
+    for variant, (loss, alpha) in mechanism.variant_losses((9.0, 9.0)).items():
+        grad, sims, weight = mechanism.similarity_gradients(
+            anchors, positives, loss=loss, temperature=0.05, hardness_strength=alpha
+        )
+        summary = mechanism.mass_summary(grad, sims)
+        assert torch.allclose(summary["by_rank"].sum(dim=1), torch.ones(16, dtype=torch.float64))
+        assert bool((summary["top1"] <= summary["top5"]).all() and (summary["top5"] <= summary["top20"]).all())
+        assert bool((summary["effective_negatives"] >= 1).all() and (summary["effective_negatives"] <= 15).all())
+        results[variant] = summary
+    for variant in ("infonce", "infonce-hardness"):
+        assert torch.allclose(results[variant]["positive_share"], torch.full((16,), 0.5, dtype=torch.float64))
+    assert not torch.allclose(results["weince"]["positive_share"], results["infonce"]["positive_share"])
+    # the hardness term concentrates the negatives' mass on the hardest
+    assert float(results["infonce-hardness"]["top1"].mean()) > float(results["infonce"]["top1"].mean())
+    original = mechanism.weince_logits
+    monkeypatch.setattr(mechanism, "weince_logits", lambda sims, *rest: original(sims, *rest) * 1.01)
+    with pytest.raises(RuntimeError, match="the trainer's"):  # a loss written wrongly on S is caught
+        mechanism.similarity_gradients(anchors, positives, loss="weince", temperature=0.05, hardness_strength=0)
