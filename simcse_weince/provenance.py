@@ -1,8 +1,10 @@
-"""Which code made a result: the package versions and the git commit of the checkout, recorded in every
-``results.json`` (a run's) and ``comparison.json`` (a sweep's)."""
+"""Which code and data made a result: the package versions and the git commit of the checkout, recorded in every
+``results.json`` (a run's) and ``comparison.json`` (a sweep's), and the fingerprint of a training file (checked by
+``--resume`` and by ``compare`` before a finished cell is reused)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 from pathlib import Path
 
@@ -36,3 +38,27 @@ def versions() -> dict:
         "sentence_transformers": sentence_transformers.__version__,
         "accelerate": accelerate.__version__,
     }
+
+
+#: sha256 of the training files hashed in this process, (path, size, mtime, inode) -> hex digest (compare clears it)
+_DIGESTS: dict[tuple, str] = {}
+
+
+def clear_digests() -> None:
+    """Forget the hashed files: a training file may have changed since the last call in this process."""
+    _DIGESTS.clear()
+
+
+def file_fingerprint(path) -> dict:
+    """``{"path", "size", "sha256"}`` of a file: what a run (and a finished ``compare`` cell) records of its
+    training data, checked on ``--resume``."""
+    path = Path(path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}

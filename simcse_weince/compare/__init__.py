@@ -53,7 +53,7 @@ from simcse_weince.compare.plots import plot_comparison, plot_lambda_over_traini
 from simcse_weince.compare.report import format_markdown, study_report
 from simcse_weince.compare.statistics import mean_sd, paired_difference, seed_averaged_lambda, summarize
 from simcse_weince.compare.sweep import compare
-from simcse_weince.training.runs import file_fingerprint
+from simcse_weince.provenance import file_fingerprint
 
 __all__ = [
     "VARIANTS",

@@ -12,8 +12,7 @@ from simcse_weince.compare.cells import cell_configs, check_cell, task_for
 from simcse_weince.compare.plots import plot_comparison, plot_lambda_over_training
 from simcse_weince.compare.report import format_markdown
 from simcse_weince.compare.statistics import seed_averaged_lambda, summarize
-from simcse_weince.provenance import git_commit
-from simcse_weince.training.runs import clear_digests
+from simcse_weince.provenance import clear_digests, git_commit
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from simcse_weince.compare.cells import CellState, Task, check_cell, write_results
-from simcse_weince.training.runs import file_fingerprint
+from simcse_weince.provenance import file_fingerprint
 
 logger = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.paths import resolve_data_dir
+from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig, resolve_length_chunks
 from simcse_weince.text.data import (
     PaddingCollator,
@@ -50,7 +51,7 @@ from simcse_weince.text.results import (
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
 from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.training.runs import CHECKPOINTS, file_fingerprint
+from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)
 

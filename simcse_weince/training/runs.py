@@ -23,7 +23,6 @@ partial ``.tmp`` behind.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -57,30 +56,6 @@ def _unreadable(path: Path, error: Exception) -> str:
         return error.args[0] if isinstance(error, RefusedPickle) else refusal(path, refused_global(error))
     text = str(error)
     return f"{path} cannot be read ({type(error).__name__}: {text.splitlines()[0][:200] if text else ''})"
-
-
-#: sha256 of the training files hashed in this process, (path, size, mtime, inode) -> hex digest (compare clears it)
-_DIGESTS: dict[tuple, str] = {}
-
-
-def clear_digests() -> None:
-    """Forget the hashed files: a training file may have changed since the last call in this process."""
-    _DIGESTS.clear()
-
-
-def file_fingerprint(path) -> dict:
-    """``{"path", "size", "sha256"}`` of a file: what a run (and a finished ``compare`` cell) records of its
-    training data, checked on ``--resume``."""
-    path = Path(path)
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
-    return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
 
 
 def new_trainer_state(**extra) -> dict:
