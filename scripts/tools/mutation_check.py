@@ -608,12 +608,14 @@ def run_tests(mutation: Mutation, repo: Path, timeout: float) -> tuple[str, floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", default=None, help="run the mutations whose name contains this text")
+    parser.add_argument("--only", default=None,
+                        help="run the mutations whose name contains this text (several: separated by |)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mutation's tests (default 600)")
     parser.add_argument("--no-sanity", action="store_true", help="skip the run of every selection without bugs")
     args = parser.parse_args(argv)
-    mutations = [m for m in MUTATIONS if args.only is None or args.only.lower() in m.name.lower()]
+    wanted = [part.strip().lower() for part in (args.only or "").split("|") if part.strip()]
+    mutations = [m for m in MUTATIONS if not wanted or any(part in m.name.lower() for part in wanted)]
     if args.list:
         for mutation in mutations:
             print(f"{mutation.name}\n    {mutation.path}: {' '.join(mutation.tests)}  ({mutation.why})")
