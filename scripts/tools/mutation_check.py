@@ -384,7 +384,7 @@ MUTATIONS = (
     Mutation(
         "training files: a quote that runs over lines merges them silently", "simcse_weince/text/columns.py",
         (("            if reader.line_num != first_line:", "            if False:"),),
-        ("tests/test_supervised.py", "-k", "quote_over_lines"), "issue 39.5: 12 data lines trained as 9 rows",
+        ("tests/test_supervised.py", "-k", "quote and over and lines"), "issue 39.5: 12 data lines trained as 9 rows",
     ),
     Mutation(
         "compare: a results.json field that is not a number is used", "simcse_weince/compare/cells.py",
