@@ -306,7 +306,7 @@ def check_resume_settings(config, saved_config, saved_file: Path) -> None:
     fixed = [name for name in changed
              if name not in RESUMABLE_SETTINGS and name.split(".")[0] not in RESUMABLE_SECTIONS]  # fmt: skip
     if fixed:
-        shown = ", ".join(f"{name}: {_setting_text(saved_config, name)} != {_setting_text(config, name)}"
+        shown = ", ".join(f"{name}: {setting_text(saved_config, name)} != {setting_text(config, name)}"
                           for name in fixed)  # fmt: skip
         may_change = ", ".join(f"--{name.replace('_', '-')}" for name in sorted(RESUMABLE_SETTINGS)
                                if hasattr(config, name))  # fmt: skip
@@ -323,7 +323,8 @@ def check_resume_settings(config, saved_config, saved_file: Path) -> None:
         )
 
 
-def _setting_text(config, name: str) -> str:
+def setting_text(config, name: str) -> str:
+    """A setting's value as the refusals show it (``<section>.<field>`` for a section's; lists as ``a,b``)."""
     value = config
     for part in name.split("."):
         value = getattr(value, part)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config
+from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config, setting_text
 from simcse_weince.paths import child_folder
 
 logger = logging.getLogger(__name__)
@@ -92,16 +92,6 @@ class CellState:
     fingerprint: dict | None  # the cell's training data (text: path, size, sha256 of the file); None: not checked
 
 
-def _setting(config, name: str):
-    if name.startswith("weince."):
-        return getattr(config.weince, name.removeprefix("weince."))
-    return getattr(config, name)
-
-
-def _show(value) -> str:
-    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-
 #: settings that do not make a cell: a sweep folder that was moved, or restored from an archive, holds the same cells
 NOT_CELL_SETTINGS = ("output_dir",)
 
@@ -113,7 +103,7 @@ def _differences(config, recorded, not_applied: dict | None = None) -> dict[str,
         # TensorBoard was not installed: results.json records the trackers that ran, not the ones asked for
         if [name for name in config.report_to if name != "tensorboard"] == list(recorded.report_to):
             names.remove("report_to")
-    return {name: f"{name}: {_show(_setting(recorded, name))} != {_show(_setting(config, name))}" for name in names}
+    return {name: f"{name}: {setting_text(recorded, name)} != {setting_text(config, name)}" for name in names}
 
 
 def _recorded_config(config, values: dict):
