@@ -60,8 +60,7 @@ def load_tensors(path: Path, mmap: bool = False):
     except pickle.UnpicklingError as error:
         if "Weights only load failed" not in str(error):
             raise
-        found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        raise RefusedPickle(refusal(path, found.group(1) if found else None)) from None
+        raise RefusedPickle(refusal(path, refused_global(error))) from None
 
 
 class _AllowListUnpickler(pickle.Unpickler):
