@@ -1,7 +1,8 @@
 """simcse-weince: train sentence (and image) encoders with WEINCE, an extreme-value correction of InfoNCE.
 
-The loss core is :mod:`simcse_weince.weince` (pure torch); :class:`WeinceLoss` plugs it into
-sentence-transformers. See the README for the trainer, evaluators, diagnostics and the vision adapter.
+The loss core is the package :mod:`simcse_weince.weince` (pure torch: ``loss.py``, ``tail.py``, ``config.py``);
+:class:`WeinceLoss` plugs it into sentence-transformers. See the README for the trainer, evaluators, diagnostics
+and the vision adapter.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ __version__ = "0.1.0"
 
 # Names are resolved on first use, so that `simcse-weince --help` does not wait for torch to import.
 _EXPORTS = {
-    "WeinceConfig": "weince_config",
-    "TailStatistics": "weince_tail",
-    "weince_loss": "weince",
-    "infonce_loss": "weince",
-    "tail_statistics": "weince_tail",
-    "mixing_weights": "weince_tail",
-    "summarize_statistics": "weince_tail",
-    "weince_logits": "weince",
+    "WeinceConfig": "weince.config",
+    "TailStatistics": "weince.tail",
+    "weince_loss": "weince.loss",
+    "infonce_loss": "weince.loss",
+    "tail_statistics": "weince.tail",
+    "mixing_weights": "weince.tail",
+    "summarize_statistics": "weince.tail",
+    "weince_logits": "weince.loss",
     "WeinceLoss": "losses",
     "InfoNCELoss": "losses",
     "CachedWeinceLoss": "losses",

@@ -19,8 +19,8 @@ def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable, Calla
     def __getattr__(name: str):
         if name in exports:
             value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
-            # importing e.g. text/train.py binds the package attribute ``train`` to that module; the exported name
-            # takes it back, or ``from simcse_weince.text import train`` would hand out the module
+            # importing a submodule binds its name on the package; were a submodule named like an export, the
+            # exported name takes it back here (the package's modules are named so that none is)
             namespace[name] = value
             return value
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

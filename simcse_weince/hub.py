@@ -17,6 +17,10 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from simcse_weince.paths import hub_id_of, hub_is_offline
+from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
+from simcse_weince.precision import precision_label
+
 TEMPLATE = "simcse_sentence_encoder.md"
 LOSS_TITLES = {"weince": "WEINCE", "infonce": "InfoNCE"}
 
@@ -35,10 +39,6 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         template: a template text to use instead of the packaged one.
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
-
-    from simcse_weince.paths import hub_id_of
-    from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
-    from simcse_weince.precision import precision_label
 
     config = results["config"]
     base_model = hub_id_of(config["model"])
@@ -124,8 +124,6 @@ def push_folder(
     """
     import re
     from pathlib import Path
-
-    from simcse_weince.paths import hub_is_offline
 
     folder = Path(directory)
     if not folder.is_dir():

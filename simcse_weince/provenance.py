@@ -8,6 +8,8 @@ import hashlib
 import subprocess
 from pathlib import Path
 
+from simcse_weince import __version__
+
 
 def git_commit() -> str | None:
     """The checkout's ``git rev-parse HEAD`` (None outside a git checkout or without git)."""
@@ -27,8 +29,6 @@ def versions() -> dict:
     import sentence_transformers
     import torch
     import transformers
-
-    from simcse_weince import __version__
 
     return {
         "simcse_weince": __version__,

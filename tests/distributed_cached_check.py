@@ -28,9 +28,9 @@ from simcse_weince import CachedWeinceLoss, WeinceLoss
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.train import forward_backward, train
+from simcse_weince.text.trainer import forward_backward, train
 from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.weince import WeinceConfig
+from simcse_weince.weince.loss import WeinceConfig
 
 LOCAL_BATCH = 6
 CONFIG = WeinceConfig(quantile=0.3)

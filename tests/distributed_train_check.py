@@ -21,9 +21,9 @@ from accelerate import Accelerator
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.weince import WeinceConfig
+from simcse_weince.weince.loss import WeinceConfig
 
 
 def main(model_path: str, train_file: str, output_dir: str) -> None:

@@ -33,7 +33,7 @@ from train_helpers import (
 
 from simcse_weince.cli import main
 from simcse_weince.text.config import TrainConfig, preset
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 
@@ -266,7 +266,7 @@ def test_a_start_that_fails_before_its_first_checkpoint_leaves_the_folder_as_fou
                                                                                    monkeypatch, found):  # fmt: skip
     """Issue 39: a failure at step 1 once left training_config.yaml behind, and the same command was then refused
     ("already holds a simcse-weince run")."""
-    from simcse_weince.text.train import TextTask
+    from simcse_weince.text.trainer import TextTask
 
     run = tmp_path / "out" / "run"
     if found == "empty":
@@ -295,7 +295,7 @@ def _embeddings():
 
 
 def _weince(temperature=0.05, **kwargs):
-    from simcse_weince.weince import weince_loss
+    from simcse_weince.weince.loss import weince_loss
 
     return weince_loss(*_embeddings(), temperature=temperature, **kwargs)
 
@@ -310,7 +310,7 @@ def _train_in_run(world, **overrides):
 
 
 def _weince_config(**kwargs):
-    from simcse_weince.weince import WeinceConfig
+    from simcse_weince.weince.loss import WeinceConfig
 
     return WeinceConfig(**kwargs)
 
@@ -354,7 +354,7 @@ API_CASES = [
         w["root"] / "fifo"), ValueError, "is a FIFO (named pipe), not a regular file"),
     ("read-sentences-binary", lambda w: __import__("simcse_weince.diagnostics", fromlist=["x"]).read_sentences(
         w["root"] / "binary"), ValueError, "binary file"),
-    ("read-config-bad-yaml", lambda w: __import__("simcse_weince.config", fromlist=["x"]).read_config_file(
+    ("read-config-bad-yaml", lambda w: __import__("simcse_weince.settings", fromlist=["x"]).read_config_file(
         w["root"] / "bad.yaml"), ValueError, "is not valid YAML"),
     ("as-encoder-max-length-negative", lambda w: __import__(
         "simcse_weince.evaluation.encoders", fromlist=["x"]).as_encoder(lambda texts: texts, max_length=-5),
@@ -732,13 +732,14 @@ def test_compare_seeds_are_checked_before_anything_runs(tmp_path, capsys, seeds,
 
 def test_compare_api_checks_every_seed_before_the_first_cell_trains(world, tmp_path):
     from simcse_weince.compare import compare
+    from simcse_weince.text import TEXT_CELLS
 
     base = preset(
         "paper", model=str(world["model"]), train_file=str(world["train_file"]), batch_size=8, max_steps=2,
         eval_steps=0, final_evaluation=False, report_to=["csv"], max_length=16, eval_max_length=16,
     )  # fmt: skip
     with pytest.raises(ValueError) as raised:
-        compare(base, {"infonce": {"loss": "infonce"}}, [1, -1], tmp_path / "sweep")
+        compare(base, {"infonce": {"loss": "infonce"}}, [1, -1], tmp_path / "sweep", kind=TEXT_CELLS)
     assert not (tmp_path / "sweep" / "infonce" / "seed-1").exists()  # refused before the first cell trained
     assert "variant 'infonce', seed -1: seed must be an integer in [0, 2**32), got -1" in str(raised.value)
 

@@ -11,7 +11,7 @@ from sentence_transformers.base.losses.gradcache import _create_minibatch
 from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.weince import DIAGNOSTIC_KEYS, weince_loss
+from simcse_weince.weince.loss import DIAGNOSTIC_KEYS, weince_loss
 
 BATCH = 10
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points even at batch 10

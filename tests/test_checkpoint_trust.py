@@ -21,7 +21,7 @@ import torch
 from train_helpers import copy_run, make_tiny_model, resume_run, tree_digest, write_train_file
 
 from simcse_weince.cli import main
-from simcse_weince.config import apply_overrides, load_config
+from simcse_weince.settings import apply_overrides, load_config
 from simcse_weince.text.config import TrainConfig
 from simcse_weince.training.runs import list_checkpoints, verify_checkpoint, write_manifest
 

@@ -11,7 +11,8 @@ import pytest
 from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
 
 from simcse_weince.cli import main
-from simcse_weince.compare import VARIANTS, load_variants, paired_difference
+from simcse_weince.compare import check_cell, compare, load_variants, paired_difference
+from simcse_weince.text import TEXT_CELLS, TEXT_VARIANTS
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -62,10 +63,10 @@ def test_paired_difference_degenerate_cases():
 def test_load_variants_merges_a_yaml_file(tmp_path):
     path = tmp_path / "variants.yaml"
     path.write_text("q03: {loss: weince, weince: {quantile: 0.3}}\ninfonce: {loss: infonce, temperature: 0.1}\n")
-    variants = load_variants(path)
+    variants = load_variants(path, TEXT_VARIANTS)
     assert variants["q03"] == {"loss": "weince", "weince.quantile": 0.3}
     assert variants["infonce"] == {"loss": "infonce", "temperature": 0.1}
-    assert variants["weince"] == VARIANTS["weince"]
+    assert variants["weince"] == TEXT_VARIANTS["weince"]
 
 
 def test_unknown_variant_is_one_clear_line(tmp_path, capsys):
@@ -87,6 +88,44 @@ def test_a_variant_name_that_would_leave_the_sweep_folder_is_refused(tmp_path, c
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "cannot be a folder name" in error and "Traceback" not in error, error
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["variants.yaml"]  # nothing written anywhere
+
+
+# --- the kinds of cell: handed to compare by their trainer packages ----------------------------------------------
+
+
+def test_compare_refuses_a_base_config_of_another_kind(tmp_path):
+    from simcse_weince.vision.config import VisionTrainConfig
+
+    with pytest.raises(TypeError, match=r"^compare\(kind=TEXT_CELLS\) needs a TrainConfig, got VisionTrainConfig$"):
+        compare(VisionTrainConfig(), {"infonce": {"loss": "infonce"}}, [1], tmp_path / "sweep", kind=TEXT_CELLS)
+    with pytest.raises(TypeError, match=r"check_cell\(kind=TEXT_CELLS\) needs a TrainConfig"):
+        check_cell(VisionTrainConfig(output_dir=str(tmp_path / "cell")), TEXT_CELLS)
+    with pytest.raises(TypeError, match="kind"):  # no default kind: the caller says which
+        compare(TEXT_CELLS.config_class(), {"infonce": {"loss": "infonce"}}, [1], tmp_path / "sweep")
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_the_cell_kinds_are_their_trainer_packages():
+    from simcse_weince import text, vision
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+
+    assert text.TEXT_CELLS.config_class is text.TrainConfig and text.TEXT_CELLS.variants is text.TEXT_VARIANTS
+    assert text.TEXT_CELLS.aliases is None and "weince-hardness" in text.TEXT_VARIANTS
+    assert vision.VISION_CELLS.config_class is VisionTrainConfig and vision.VISION_CELLS.aliases is DEPRECATED_NAMES
+    assert vision.VISION_CELLS.variants is vision.VISION_VARIANTS and "untrained" in vision.VISION_VARIANTS
+
+
+def test_importing_compare_loads_no_trainer_package():
+    """compare's machinery is handed its cells (CellKind): importing it loads neither text nor vision, which import
+    compare.cells (issue 38; tests/test_import_graph.py reads the imports themselves)."""
+    import sys
+
+    code = (
+        "import sys, simcse_weince.compare; "
+        "print(sorted(m for m in sys.modules if m.startswith(('simcse_weince.text', 'simcse_weince.vision'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 # --- a real sweep: killed after its first finished run, then the same command again ------------------------------

@@ -11,7 +11,8 @@ pytest.importorskip("torchvision")
 pytest.importorskip("sklearn")
 
 from simcse_weince.cli import main
-from simcse_weince.compare import VISION_VARIANTS, compare, load_variants
+from simcse_weince.compare import compare, load_variants
+from simcse_weince.vision import VISION_CELLS, VISION_VARIANTS
 from simcse_weince.vision.config import VisionTrainConfig
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
@@ -29,7 +30,7 @@ def tiny(tmp_path, **overrides) -> VisionTrainConfig:
 def _flat_weights(checkpoint):
     import torch
 
-    from simcse_weince.vision.train import load_pretrained
+    from simcse_weince.vision.trainer import load_pretrained
 
     model, _ = load_pretrained(checkpoint)  # parameters only: a training step also moves BatchNorm's running stats
     return torch.cat([value.detach().float().flatten() for value in model.backbone.parameters()])
@@ -116,7 +117,7 @@ def test_untrained_variant_is_the_initialisation_of_the_trained_cells_of_its_see
     # One Adam step at lr 1e-9 moves each weight by about 1e-9: the trained cell's weights must equal the
     # untrained cell's of the same seed to that, and differ from another seed's initialisation by far more.
     variants = {"infonce": {"loss": "infonce", "max_steps": 1, "learning_rate": 1e-9}, "untrained": {"num_epochs": 0}}
-    summary = compare(tiny(tmp_path), variants, [3, 4], tmp_path / "sweep")
+    summary = compare(tiny(tmp_path), variants, [3, 4], tmp_path / "sweep", kind=VISION_CELLS)
     weights = {(name, seed): _flat_weights(tmp_path / "sweep" / name / f"seed-{seed}")
                for name in variants for seed in (3, 4)}  # fmt: skip
     for seed in (3, 4):

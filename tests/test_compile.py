@@ -14,7 +14,7 @@ import torch
 from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince.text.config import preset
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 
 @pytest.fixture(scope="module")

@@ -172,7 +172,7 @@ def test_lambda_statistics_over_training_from_dicts_and_csv(tmp_path):
 
 def test_lambda_statistics_plot_the_diagnostic_keys_of_the_losses():
     """The plot's default panels are the statistics the losses report, named once in weince.DIAGNOSTIC_KEYS."""
-    from simcse_weince.weince import DIAGNOSTIC_KEYS
+    from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
 
     assert set(plots._LABELS) == set(DIAGNOSTIC_KEYS)  # every statistic has an axis label, and no other
     rows = [{"step": step, **dict.fromkeys(DIAGNOSTIC_KEYS, 0.1 * step)} for step in range(3)]

@@ -21,7 +21,7 @@ from simcse_weince.text.fast_path import (
 )
 from simcse_weince.text.fast_path.onednn_linear import onednn_linear_available
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 FAST_PATH_LOGGER = "simcse_weince.text.fast_path"
 
@@ -153,7 +153,7 @@ def test_a_fallback_that_also_fails_ends_on_the_stock_forward(minilm_encoder, mo
 
 
 def test_the_speed_section_keeps_the_old_flags_and_files(tmp_path):
-    from simcse_weince.config import load_config, read_config_file
+    from simcse_weince.settings import load_config, read_config_file
     from simcse_weince.text.config import TrainConfig
 
     config = preset("cpu-demo", length_chunks=2, onednn_linear=False)  # today's top-level names

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from simcse_weince.weince import infonce_loss, weince_logits, weince_loss
+from simcse_weince.weince.loss import infonce_loss, weince_logits, weince_loss
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from simcse_weince.text.config import preset, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.fast_path import TrainingForward
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.train import forward_backward
+from simcse_weince.text.trainer import forward_backward
 from simcse_weince.training.objective import ContrastiveObjective
 
 BATCH = 24

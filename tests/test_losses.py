@@ -9,7 +9,7 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from train_helpers import flat_parameters
 
 from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.weince import DIAGNOSTIC_KEYS
+from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
 
 
 def _features(model, texts):
@@ -151,11 +151,11 @@ def test_infonce_is_its_own_loss_not_a_weince_loss():
     assert not issubclass(InfoNCELoss, WeinceLoss) and not issubclass(WeinceLoss, InfoNCELoss)
     assert not isinstance(InfoNCELoss(torch.nn.Identity()), WeinceLoss)
     for name, module in [
-        ("WeinceLoss", "weince"),
-        ("InfoNCELoss", "infonce"),
-        ("CachedWeinceLoss", "cached"),
-        ("CachedInfoNCELoss", "cached"),
-    ]:
+        ("WeinceLoss", "weince_loss"),
+        ("InfoNCELoss", "infonce_loss"),
+        ("CachedWeinceLoss", "cached_weince_loss"),
+        ("CachedInfoNCELoss", "cached_infonce_loss"),
+    ]:  # one class per file, the file named after it
         loss_class = getattr(simcse_weince, name)
         assert loss_class is getattr(losses, name) and loss_class.__module__ == f"simcse_weince.losses.{module}"
 

@@ -15,7 +15,7 @@ from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
 from simcse_weince.text.config import preset
 from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 
 @pytest.fixture(scope="module")

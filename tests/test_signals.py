@@ -91,9 +91,9 @@ def test_sigterm_stops_a_compare_cell_with_a_checkpoint_and_the_same_command_res
 
 def test_sigterm_stops_vision_train_with_a_checkpoint_and_exit_143_and_resume_continues(tmp_path):
     pytest.importorskip("torchvision")
-    from simcse_weince.config import load_config
+    from simcse_weince.settings import load_config
     from simcse_weince.vision.config import VisionTrainConfig
-    from simcse_weince.vision.train import train
+    from simcse_weince.vision.trainer import train
 
     steps = 40  # 8 steps per epoch: the signal lands mid-epoch, before the first epoch checkpoint
     flags = [

@@ -13,6 +13,8 @@ from simcse_weince.compare import report as study_report
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # negatives_study
 
+TEXT_METRICS = ("stsb_dev", "stsb_test", "sts_avg")  # the text cells' (TEXT_CELLS.metric_labels)
+
 
 def test_decision_rule_is_the_protocols():
     assert study_report.decision([0.01, 1.2]) == "beats the baseline"
@@ -30,7 +32,7 @@ def test_report_reads_a_comparison(tmp_path):
     summary = {"baseline": "infonce", "seeds": [1, 2, 3], "runs": runs, "git_commit": "abcdef0123",
                "metrics": {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg"},
                "lambda_curves": {"weince": [{"step": 1, "lambda_mean": 0.2}, {"step": 2, "lambda_mean": 0.4}]},
-               "cell_wall_time_seconds": 7200.0, **summarize(runs, "infonce")}  # fmt: skip
+               "cell_wall_time_seconds": 7200.0, **summarize(runs, "infonce", TEXT_METRICS)}  # fmt: skip
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     (tmp_path / "comparison.md").write_text(format_markdown(summary))
     text = study_report.study_report(tmp_path)
@@ -66,7 +68,7 @@ def test_report_skips_a_variant_without_pairs_against_either_baseline(tmp_path):
             for v, seeds in cells for s in seeds]  # fmt: skip
     summary = {"baseline": "infonce", "seeds": [1, 2, 7], "runs": runs, "git_commit": None,
                "metrics": {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg"},
-               **summarize(runs, "infonce")}  # fmt: skip
+               **summarize(runs, "infonce", TEXT_METRICS)}  # fmt: skip
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     (tmp_path / "comparison.md").write_text(format_markdown(summary))
     text = study_report.study_report(tmp_path, ("weince",))

@@ -31,14 +31,14 @@ from train_helpers import (
 )
 
 from simcse_weince.cli import main
-from simcse_weince.config import load_config
+from simcse_weince.settings import load_config
 from simcse_weince.text.columns import read_table
 from simcse_weince.text.config import TrainConfig, preset
 from simcse_weince.text.data import PaddingCollator, load_training_data, tokenize
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.text.train import forward_backward, train
+from simcse_weince.text.trainer import forward_backward, train
 from simcse_weince.training.objective import ContrastiveObjective
-from simcse_weince.weince import WeinceConfig
+from simcse_weince.weince.loss import WeinceConfig
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))
 from sick_supervised_demo import build_sick_files  # noqa: E402
@@ -130,7 +130,7 @@ def test_a_batch_of_pairs_or_triplets_gives_the_loss_and_gradients_of_the_defini
 
 def test_the_reference_sees_the_correction(minilm_path, sick):
     """The WEINCE cases above differ from InfoNCE (λ > 0 for some anchors), or they would test InfoNCE twice."""
-    from simcse_weince.weince import weince_loss
+    from simcse_weince.weince.loss import weince_loss
 
     model = SimCSEModel.from_pretrained(minilm_path, pooler="cls", dropout=0.0).eval()
     batch, columns = _batch(model, sick["triplets"])

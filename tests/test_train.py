@@ -12,12 +12,12 @@ import yaml
 from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
-from simcse_weince.config import apply_overrides, read_config_file
+from simcse_weince.settings import apply_overrides, read_config_file
 from simcse_weince.text.config import TrainConfig, preset, resolve_length_chunks
 from simcse_weince.text.data import load_sentences
 from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.results import format_summary
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.timing import TIME_PARTS
@@ -444,7 +444,7 @@ def test_training_changes_every_layer_and_lowers_the_loss_on_a_fixed_batch(tmp_p
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
 
-    import simcse_weince.text.train as train_module
+    import simcse_weince.text.trainer as train_module
 
     views = []
 
@@ -481,7 +481,7 @@ def test_the_best_dev_step_is_the_one_exported(tmp_path, tiny_model, train_file,
     """Dev scores scripted as 5, 9, 3: the exported folder must hold the weights of step 2, not of the last step."""
     from sentence_transformers import SentenceTransformer
 
-    import simcse_weince.evaluation as evaluation
+    import simcse_weince.text.results as results_module
 
     probe = ["A man is playing a guitar.", "The cat sleeps on the sofa.", "Stocks fell sharply on Monday."]
     scores, probe_embeddings = iter([5.0, 9.0, 3.0]), []
@@ -491,7 +491,7 @@ def test_the_best_dev_step_is_the_one_exported(tmp_path, tiny_model, train_file,
         probe_embeddings.append(encoder(probe))  # what the weights of this step embed
         return next(scores)
 
-    monkeypatch.setattr(evaluation, "stsb_spearman", scripted_dev_score)
+    monkeypatch.setattr(results_module, "stsb_spearman", scripted_dev_score)  # where the dev selection looks it up
     config = tiny_config(
         tiny_model, train_file, tmp_path / "run", max_steps=3, eval_steps=1, save_steps=0, final_evaluation=False
     )

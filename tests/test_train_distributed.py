@@ -14,7 +14,7 @@ import pytest
 from train_helpers import REPO_ROOT, make_tiny_model, subprocess_env, write_train_file
 
 from simcse_weince.text.config import preset
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 
 def _two_process_report(script: str, report_name: str, tmp_path, data_dir):

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 from train_helpers import cli_command, logged_steps, make_tiny_model, subprocess_env, wait_for, write_train_file
 
-from simcse_weince.config import apply_overrides, load_config
+from simcse_weince.settings import apply_overrides, load_config
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.text.train import train
+from simcse_weince.text.trainer import train
 
 STEPS, SAVE_EVERY = 20, 5
 

@@ -56,7 +56,7 @@ def _sklearn_one_nn_accuracy(checkpoint, *, train_size: int, test_size: int) -> 
 
     from simcse_weince.vision.augment import evaluation_transform
     from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
-    from simcse_weince.vision.train import load_pretrained
+    from simcse_weince.vision.trainer import load_pretrained
 
     model, config = load_pretrained(checkpoint)
     model.eval()

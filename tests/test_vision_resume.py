@@ -19,9 +19,9 @@ pytest.importorskip("torchvision")
 
 from simcse_weince import WeinceConfig
 from simcse_weince.cli import build_parser, main
-from simcse_weince.config import apply_overrides, load_config
+from simcse_weince.settings import apply_overrides, load_config
 from simcse_weince.vision.config import VisionTrainConfig
-from simcse_weince.vision.train import train
+from simcse_weince.vision.trainer import train
 
 STEPS, SAVE_EVERY = 12, 3  # FakeData, 32 images in batches of 8: 4 steps per epoch, so resumes fall mid-epoch
 FLAGS = [
@@ -115,7 +115,7 @@ def test_vision_flags_come_from_the_config_and_old_names_still_work(capsys):
 
 
 def test_vision_stops_at_a_non_finite_loss_before_it_reaches_a_checkpoint(tmp_path, monkeypatch):
-    import simcse_weince.vision.train as vision_train
+    import simcse_weince.vision.trainer as vision_train
     from simcse_weince.training.runs import list_checkpoints
 
     class NaNAtStepTwo(vision_train.ContrastiveObjective):  # the real objective, with a NaN loss at step 2
@@ -138,7 +138,7 @@ def test_vision_stops_at_a_non_finite_loss_before_it_reaches_a_checkpoint(tmp_pa
 
 
 def test_resume_starts_from_the_saved_settings_and_names_what_the_flags_change(tmp_path, capsys):
-    from simcse_weince.config import CONFIG_FILE, save_config
+    from simcse_weince.settings import CONFIG_FILE, save_config
 
     run = tmp_path / "run"
     run.mkdir()

@@ -14,7 +14,7 @@ from simcse_weince import WeinceConfig
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import list_checkpoints, read_trainer_state
 from simcse_weince.vision.config import VisionTrainConfig
-from simcse_weince.vision.train import load_pretrained, train
+from simcse_weince.vision.trainer import load_pretrained, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors
 
@@ -185,12 +185,14 @@ def test_training_lowers_the_loss_on_a_fixed_batch(tmp_path, monkeypatch):
     from accelerate.utils import set_seed
 
     import simcse_weince.vision.augment as augment
+    import simcse_weince.vision.trainer as vision_trainer
     from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
-    from simcse_weince.vision.train import build_model
+    from simcse_weince.vision.trainer import build_model
 
-    # the crop range is a setting (crop_scale_min); the jitter strength is not, so it is patched
+    # the crop range is a setting (crop_scale_min); the jitter strength is not, so it is patched where the trainer
+    # looks it up
     mild_jitter = functools.partial(augment.simclr_augmentation, jitter_strength=0.25)
-    monkeypatch.setattr(augment, "simclr_augmentation", mild_jitter)
+    monkeypatch.setattr(vision_trainer, "simclr_augmentation", mild_jitter)
     mild = functools.partial(mild_jitter, crop_scale=(0.8, 1.0))
     config = tiny(
         tmp_path, dataset="digits", loss="weince", train_size=8, num_epochs=15, max_steps=15, learning_rate=1e-3,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_logits, weince_loss
-from simcse_weince.weince import DIAGNOSTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
+from simcse_weince.weince.loss import DIAGNOSTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
 
 
 def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
@@ -288,7 +288,7 @@ def test_padding_is_excluded_from_the_tail():
 def test_hardest_shortfalls_are_the_sorted_top_k(dtype):
     """The top-k behind the tail statistics (numpy's partition on the CPU) against a full sort, with ties,
     padding, a cosine above 1 (rounding) and the input left untouched unless it may be overwritten."""
-    from simcse_weince.weince_tail import _hardest_shortfalls
+    from simcse_weince.weince.tail import _hardest_shortfalls
 
     generator = torch.Generator().manual_seed(3)
     sims = (torch.rand(16, 100, generator=generator, dtype=dtype) * 2 - 1).round(decimals=2)  # many ties
@@ -309,8 +309,8 @@ def test_float32_preselection_finds_the_float64_top_k(case, monkeypatch):
     """Wide float64 rows find their top k through float32 roundings (numpy sorts 32-bit floats with vector
     instructions, 64-bit ones without): the values must be exactly a float64 sort's, and a row where more than k
     values round to the threshold (or a NaN) must send the batch to the float64 partition."""
-    from simcse_weince import weince_tail
-    from simcse_weince.weince_tail import _hardest_shortfalls, _largest_by_float32
+    from simcse_weince.weince import tail as weince_tail
+    from simcse_weince.weince.tail import _hardest_shortfalls, _largest_by_float32
 
     generator = torch.Generator().manual_seed(11)
     directions = F.normalize(torch.randn(600, 32, generator=generator, dtype=torch.float64), dim=1)
@@ -490,7 +490,7 @@ def test_non_finite_embeddings_are_named(loss_fn):
 def test_float32_preselection_leaves_the_loss_bit_identical(monkeypatch):
     """A simclr batch wide enough for the float32 preselection gives the same loss, statistics and gradients, bit
     for bit, as the float64 partition."""
-    from simcse_weince import weince_tail
+    from simcse_weince.weince import tail as weince_tail
 
     # 320 x 320 similarities, 318 negatives per anchor
     anchors, candidates = _views(160, 32, seed=9, dtype=torch.float32)

@@ -79,7 +79,7 @@ def test_reference_case_float32(case):
 
 
 def test_reference_cosine_matrix_matches():
-    from simcse_weince.weince import cosine_similarity_matrix
+    from simcse_weince.weince.loss import cosine_similarity_matrix
 
     case = CASES[0]
     views = torch.cat([_expected(case, "z_i"), _expected(case, "z_j")])

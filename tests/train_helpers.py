@@ -106,9 +106,9 @@ def copy_run(run: Path, tmp_path: Path) -> Path:
 
 def resume_run(run: Path, resume=True) -> dict:
     """``train`` resumed in ``run`` with the settings it saved (``resume``: True or a checkpoint path)."""
-    from simcse_weince.config import apply_overrides, load_config
+    from simcse_weince.settings import apply_overrides, load_config
     from simcse_weince.text.config import TrainConfig
-    from simcse_weince.text.train import train
+    from simcse_weince.text.trainer import train
 
     config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
     return train(config, resume=resume)

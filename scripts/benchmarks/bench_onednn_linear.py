@@ -63,7 +63,7 @@ def forward_backward_pairs(pairs: int, data_dir) -> tuple[list[float], list[floa
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.fast_path import TrainingForward
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.text.train import forward_backward
+    from simcse_weince.text.trainer import forward_backward
     from simcse_weince.training.objective import ContrastiveObjective
 
     model = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg").train()

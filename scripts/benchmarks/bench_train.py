@@ -76,7 +76,7 @@ def run_ours(
     onednn_linear="auto",
 ) -> float:
     from simcse_weince.text.config import preset
-    from simcse_weince.text.train import train
+    from simcse_weince.text.trainer import train
 
     config = preset(
         "paper",

@@ -23,7 +23,7 @@ import torch
 
 from simcse_weince.vision.config import VisionTrainConfig
 from simcse_weince.vision.evaluate import LinearProbeConfig, evaluate_checkpoint, evaluate_model, mean_interval
-from simcse_weince.vision.train import build_model, train
+from simcse_weince.vision.trainer import build_model, train
 
 KS = (1, 5, 20)
 

@@ -257,7 +257,7 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
 
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.text.train import forward_backward
+    from simcse_weince.text.trainer import forward_backward
     from simcse_weince.training.objective import ContrastiveObjective
 
     result = {}
@@ -300,7 +300,7 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
         result["train"] = {"skipped": "datasets is not installed here: train() not run"}
     else:
         from simcse_weince.text.config import preset
-        from simcse_weince.text.train import train
+        from simcse_weince.text.trainer import train
 
         with tempfile.TemporaryDirectory() as tmp:
             train_file = Path(tmp) / "train.txt"

@@ -18,7 +18,7 @@ import argparse
 import torch
 
 from simcse_weince import WeinceConfig
-from simcse_weince.weince import tail_statistics
+from simcse_weince.weince.loss import tail_statistics
 
 
 def distributions(rows: int, negatives: int) -> dict[str, tuple[str, torch.Tensor]]:

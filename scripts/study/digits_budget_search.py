@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 
 from simcse_weince.compare import compare
+from simcse_weince.vision import VISION_CELLS
 from simcse_weince.vision.config import VisionTrainConfig
 
 BUDGETS = (15, 30, 60)
@@ -40,7 +41,8 @@ def main() -> None:
                                      crop_scale_min=crop, mixed_precision=args.mixed_precision,
                                      report_to=("csv",))  # fmt: skip
             variants = {"infonce": {"loss": "infonce"}, "untrained": {"num_epochs": 0}}
-            summary = compare(base, variants, [args.seed], output_dir / f"crop-{crop}" / f"epochs-{epochs}")
+            folder = output_dir / f"crop-{crop}" / f"epochs-{epochs}"
+            summary = compare(base, variants, [args.seed], folder, kind=VISION_CELLS)
             metrics = {run["variant"]: run for run in summary["runs"]}
             point = {"crop_scale_min": crop, "num_epochs": epochs,
                      **{f"{name}_{metric}": metrics[name][metric] for name in variants

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from simcse_weince.weince import cosine_similarity_matrix, infonce_loss, weince_logits, weince_loss
+from simcse_weince.weince.loss import cosine_similarity_matrix, infonce_loss, weince_logits, weince_loss
 
 VARIANTS = ("infonce", "weince", "infonce-hardness", "weince-hardness")
 TOP = (1, 5, 20)

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from negatives_budget_search import cell_config  # noqa: E402  (Study 2's cpu-cls cell: the same base)
 
 from simcse_weince.compare import compare  # noqa: E402
+from simcse_weince.text import TEXT_CELLS  # noqa: E402
 
 ALPHAS = (4.5, 9.0, 18.0, 36.0)
 FAMILIES = {"infonce-hardness": "infonce", "weince-hardness": "weince"}  # variant -> its loss
@@ -57,7 +58,8 @@ def main() -> None:
         parser.error(f"unknown variants {unknown}; choose among {list(FAMILIES)}")
     for family in families:  # trains what is missing (compare reuses finished cells and resumes stopped ones)
         variants = {variant_name(family, a): {"loss": FAMILIES[family], "hardness_strength": a} for a in ALPHAS}
-        compare(base, variants, [PILOT_SEED], output_dir / family, baseline=variant_name(family, PEER_DEFAULT))
+        baseline = variant_name(family, PEER_DEFAULT)
+        compare(base, variants, [PILOT_SEED], output_dir / family, kind=TEXT_CELLS, baseline=baseline)
 
     report = {"seed": PILOT_SEED, "alphas": list(ALPHAS), "points": {}, "choice": {}}
     for family in FAMILIES:

@@ -25,8 +25,9 @@ from negatives_study import decision, differences_by_seed  # noqa: E402
 from sick_supervised_demo import build_sick_files  # noqa: E402
 
 from simcse_weince.compare import compare, paired_difference  # noqa: E402
-from simcse_weince.config import apply_overrides  # noqa: E402
 from simcse_weince.paths import resolve_data_dir  # noqa: E402
+from simcse_weince.settings import apply_overrides  # noqa: E402
+from simcse_weince.text import TEXT_CELLS  # noqa: E402
 
 SETTINGS = ("cpu-cls", "stsb-sentences", "sick-pairs", "cpu-cls-tau0.1")  # the protocol's order (the budget cut)
 STUDY_VARIANTS = ("infonce", "weince", "infonce-hardness", "weince-hardness")
@@ -108,13 +109,13 @@ def main() -> None:
     if not args.summarize_only:
         for seed in seeds:
             for setting in settings:
-                compare(configs[setting], variants, [seed], output_dir / setting)
+                compare(configs[setting], variants, [seed], output_dir / setting, kind=TEXT_CELLS)
     runs_by_setting = {}
     for setting in settings:
         folder = output_dir / setting
         finished = [s for s in seeds if all((folder / v / f"seed-{s}" / "results.json").is_file() for v in variants)]
         if finished:
-            runs_by_setting[setting] = compare(configs[setting], variants, finished, folder)["runs"]
+            runs_by_setting[setting] = compare(configs[setting], variants, finished, folder, kind=TEXT_CELLS)["runs"]
     if not runs_by_setting:
         print("no seed has all four variants finished on any setting yet")
         return

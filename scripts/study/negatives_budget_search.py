@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 
 from simcse_weince.compare import compare
+from simcse_weince.text import TEXT_CELLS
 from simcse_weince.text.config import preset
 
 BATCH_SIZES = (64, 256, 1024)
@@ -78,7 +79,7 @@ def main() -> None:
             learning_rate = scaled_learning_rate(batch_size, scaling)
             folder = output_dir / f"epochs-{num_epochs}-lr-{learning_rate:g}" / f"batch-{batch_size}"
             base = cell_config(batch_size, num_epochs, learning_rate, args.mixed_precision)
-            compare(base, {"infonce": {"loss": "infonce"}}, [args.seed], folder)
+            compare(base, {"infonce": {"loss": "infonce"}}, [args.seed], folder, kind=TEXT_CELLS)
             results = json.loads((folder / "infonce" / f"seed-{args.seed}" / "results.json").read_text())
             best, untrained = results["best_stsb_dev_spearman_during_training"], results["base_stsb_dev_spearman"]
             point = {"num_epochs": num_epochs, "lr_scaling": scaling, "batch_size": batch_size,

@@ -26,8 +26,8 @@ import torch
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import load_sentences, resolve_train_file
 from simcse_weince.text.model import SimCSEModel
-from simcse_weince.weince import WeinceConfig, infonce_loss, weince_loss
-from simcse_weince.weince_tail import _tail_size
+from simcse_weince.weince.loss import WeinceConfig, infonce_loss, weince_loss
+from simcse_weince.weince.tail import _tail_size
 
 BATCH_SIZES = (64, 256, 1024)
 

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from negatives_budget_search import BATCH_SIZES, cell_config, scaled_learning_rate  # noqa: E402
 
-from simcse_weince.compare import VARIANTS, compare, paired_difference  # noqa: E402
+from simcse_weince.compare import compare, paired_difference  # noqa: E402
+from simcse_weince.text import TEXT_CELLS, TEXT_VARIANTS  # noqa: E402
 
 STUDY_VARIANTS = ("infonce", "weince", "infonce-hardness", "weince-hardness")
 BASELINE, PEER = "infonce", "infonce-hardness"
@@ -176,19 +177,19 @@ def main() -> None:
     seeds = [int(seed) for seed in args.seeds.split(",")]
     choice = json.loads(Path(args.budget).read_text())["choice"]
     output_dir = Path(args.output_dir)
-    variants = {name: VARIANTS[name] for name in STUDY_VARIANTS}
+    variants = {name: TEXT_VARIANTS[name] for name in STUDY_VARIANTS}
     bases = {batch: cell_config(batch, choice["num_epochs"], scaled_learning_rate(batch, choice["lr_scaling"]),
                                 args.mixed_precision) for batch in args.batch_sizes}  # fmt: skip
     if not args.summarize_only:  # seed by seed across the batch sizes: complete pairs and trends first
         for seed in seeds:
             for batch, base in bases.items():
-                compare(base, variants, [seed], output_dir / f"batch-{batch}")
+                compare(base, variants, [seed], output_dir / f"batch-{batch}", kind=TEXT_CELLS)
     runs_by_batch = {}
     for batch, base in bases.items():
         folder = output_dir / f"batch-{batch}"
         finished = [s for s in seeds if all((folder / v / f"seed-{s}" / "results.json").is_file() for v in variants)]
         if finished:  # compare reads finished cells (no training) and writes the per-batch files
-            runs_by_batch[batch] = compare(base, variants, finished, folder)["runs"]
+            runs_by_batch[batch] = compare(base, variants, finished, folder, kind=TEXT_CELLS)["runs"]
     if not runs_by_batch:  # nothing to summarise yet (the grid runs seed by seed over several sessions)
         print(f"no seed of {args.seeds} has all {len(variants)} variants finished at any batch size yet")
         return

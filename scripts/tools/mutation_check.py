@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+LAST_FAILURE = ""  # the tail of the last failing test run's output
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,16 @@ class Mutation:
 
 # one mutation per compact block: the formatter would spread each over a dozen lines
 # fmt: off
-CORE, TRAIN, LOOP = "simcse_weince/weince.py", "simcse_weince/text/train.py", "simcse_weince/training/loop.py"
+CORE, TRAIN, LOOP = "simcse_weince/weince/loss.py", "simcse_weince/text/trainer.py", "simcse_weince/training/loop.py"
 ENCODERS = "simcse_weince/evaluation/encoders.py"
-TAIL = "simcse_weince/weince_tail.py"
-COLUMNS, INFONCE = "simcse_weince/losses/_columns.py", "simcse_weince/losses/infonce.py"
+TAIL = "simcse_weince/weince/tail.py"
+COLUMNS = "simcse_weince/losses/_columns.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
-VISION_TRAIN, AUGMENT = "simcse_weince/vision/train.py", "simcse_weince/vision/augment.py"
+VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
+FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -103,14 +105,14 @@ MUTATIONS = (
         ("tests/test_losses.py", "-k", "fixed_batch"), "issue 13: test_losses.py:84-97 never compared the views",
     ),
     Mutation(
-        "losses: extra hard-negative columns dropped", COLUMNS,
+        "losses: extra hard-negative columns dropped", FROM_EMBEDDINGS,
         (("candidates = torch.cat(candidate_columns, dim=0)", "candidates = candidate_columns[0]"),),
         ("tests/test_losses.py", "-k", "mnrl"), "triplets must add negatives",
     ),
     Mutation(
-        "losses: InfoNCELoss ignores its temperature", INFONCE,
-        (("return infonce_loss(anchors, candidates, temperature=self.temperature)",
-          "return infonce_loss(anchors, candidates, temperature=1.0)"),),
+        "losses: InfoNCELoss ignores its temperature", COLUMNS,
+        (("embeddings, loss=self.loss_name, temperature=self.temperature,",
+          "embeddings, loss=self.loss_name, temperature=1.0 if self.loss_name == 'infonce' else self.temperature,"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
@@ -152,10 +154,8 @@ MUTATIONS = (
     ),
     Mutation(
         "trainers' objective: InfoNCE / NT-Xent ignores its temperature", OBJECTIVE,
-        (("                    temperature=self.temperature,\n                    geometry=self.geometry,\n"
-          "                    hardness_strength",
-          "                    temperature=1.0,\n                    geometry=self.geometry,\n"
-          "                    hardness_strength"),),
+        (("loss=self.loss, temperature=self.temperature,",
+          "loss=self.loss, temperature=1.0 if self.loss == 'infonce' else self.temperature,"),),
         ("tests/test_vision_train.py", "-k", "objective_matches"), "the vision objective is the core loss",
     ),
     # ---- evaluation and diagnostics
@@ -183,7 +183,7 @@ MUTATIONS = (
     ),
     # ---- GradCache and checkpoint safety
     Mutation(
-        "text trainer: GradCache re-encodes without replaying the dropout masks", TRAIN,
+        "text trainer: GradCache re-encodes without replaying the dropout masks", GRADCACHE,
         (("with synchronize, random_state:", "with synchronize:"),),
         ("tests/test_train_gradcache.py", "-k", "replayed"), "the second pass must see the first pass's masks",
     ),
@@ -290,8 +290,8 @@ MUTATIONS = (
     ),
     Mutation(
         "trainers' objective: WEINCE drops hardness_strength", OBJECTIVE,
-        (("                    return_stats=True,\n                    hardness_strength=self.hardness_strength,",
-          "                    return_stats=True,"),),
+        (("gather=self.gather, hardness_strength=self.hardness_strength,",
+          "gather=self.gather, hardness_strength=self.hardness_strength if self.loss == 'infonce' else 0.0,"),),
         ("tests/test_infonce_hardness.py", "-k", "both_losses"), "issue 22: the trainer must pass it to WEINCE",
     ),
     # ---- the shared training core (issue 11)
@@ -312,7 +312,7 @@ MUTATIONS = (
         ("tests/test_vision_resume.py", "-k", "non_finite"), "a NaN must not reach a checkpoint",
     ),
     Mutation(
-        "config: a deprecated vision name is read as itself", "simcse_weince/config.py",
+        "config: a deprecated vision name is read as itself", "simcse_weince/settings.py",
         (("            key = aliases[key]\n", "            pass\n"),),
         ("tests/test_vision_resume.py", "-k", "old_names"), "--epochs must still set num_epochs for one release",
     ),
@@ -371,7 +371,7 @@ MUTATIONS = (
         (TRUST, "-k", "training_data_that_changed"), "issue 39.3: --resume trained on the new file's content",
     ),
     Mutation(
-        "resume: a setting that defines the run may change", "simcse_weince/config.py",
+        "resume: a setting that defines the run may change", "simcse_weince/settings.py",
         (("    if fixed:\n        shown", "    if False:\n        shown"),),
         (TRUST, "-k", "settings_that_define"), "issue 39.3: another --batch-size only warned",
     ),
@@ -459,7 +459,7 @@ MUTATIONS = (
     ),
     Mutation(
         "trust B/compare: each cell is checked only when its turn comes", "simcse_weince/compare/sweep.py",
-        (("    states = {cell: check_cell(config, task) for cell, config in order}",
+        (("    states = {cell: check_cell(config, kind) for cell, config in order}",
           "    states = dict.fromkeys(configs)"),),
         ("tests/test_bad_inputs.py", "-k", "every_cell_before"), "issue 24: validate before the first cell trains",
     ),
@@ -540,8 +540,8 @@ MUTATIONS = (
         ("tests/test_evaluation.py", "-k", "input_order_across"), "our own batches must be put back in input order",
     ),
     Mutation(
-        "WeinceLoss drops its hardness_strength before the core", "simcse_weince/losses/weince.py",
-        (("            hardness_strength=self.hardness_strength,\n", ""),),
+        "WeinceLoss drops its hardness_strength before the core", "simcse_weince/losses/weince_loss.py",
+        (("        self.hardness_strength = float(hardness_strength)\n", "        self.hardness_strength = 0.0\n"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
     ),
 )
@@ -589,6 +589,9 @@ def sanity_selection(mutations) -> tuple[str, ...]:
 
 
 def run_tests(mutation: Mutation, repo: Path, timeout: float) -> tuple[str, float]:
+    """``(outcome, seconds)``; the last output lines of a failing run are kept in ``LAST_FAILURE`` (what a failed
+    sanity run prints)."""
+    global LAST_FAILURE
     env = dict(os.environ, CI="true", PYTHONPATH=str(repo), PYTHONDONTWRITEBYTECODE="1")
     env.pop("SIMCSE_WEINCE_DATA_DIR", None)  # the copy finds ../shared/data itself
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *mutation.tests]
@@ -600,6 +603,7 @@ def run_tests(mutation: Mutation, repo: Path, timeout: float) -> tuple[str, floa
     seconds = time.perf_counter() - start
     if completed.returncode == 0:
         return "SURVIVED", seconds
+    LAST_FAILURE = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-15:])
     if completed.returncode == 1:
         return "killed", seconds
     tail = "\n".join((completed.stdout + completed.stderr).strip().splitlines()[-5:])
@@ -634,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             outcome, seconds = run_tests(Mutation("sanity", "", (), union, ""), repo, args.timeout)
             if outcome != "SURVIVED":
                 print(f"SANITY FAILED: {' '.join(union)} does not pass on the unmutated copy: {outcome}")
+                print(LAST_FAILURE)
                 return 1
             print(f"sanity: every test selection passes without bugs ({seconds:.0f} s)", flush=True)
         for index, mutation in enumerate(mutations, 1):

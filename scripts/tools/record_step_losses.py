@@ -1,4 +1,5 @@
-"""Per-step training losses of 5 ``cpu-demo`` steps and 5 ``vision --dataset digits`` steps, fixed seeds.
+"""Per-step training losses of 5 ``cpu-demo`` steps (plain, GradCache, and supervised triplets) and 5
+``vision --dataset digits`` steps, fixed seeds.
 
 Used to show that a refactor of the trainers changes no computation: record before, record after, compare
 (``tests/test_step_losses.py`` compares a fresh run with ``tests/data/step_losses.json``).
@@ -39,20 +40,44 @@ def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "simcse_weince.cli", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-def record(workdir: Path, vision_log_flag: list[str] = VISION_LOG_EVERY) -> dict:
-    text_dir, vision_dir = workdir / "text", workdir / "vision"
-    _run(["train", *TEXT_ARGS, "--output-dir", str(text_dir)])
-    _run(["vision", "train", *VISION_ARGS, *vision_log_flag, "--output-dir", str(vision_dir)])
-    return {"cpu-demo": _read_losses(text_dir), "digits": _read_losses(vision_dir)}
+def _triplets_file(workdir: Path, data_dir: Path) -> Path:
+    """SimCSE triplets made from the wiki sample's first 3 x 320 lines (anchor, the next line, the one after it):
+    not a meaningful task, a fixed supervised input that goes through the columns path and the hard negatives."""
+    lines = (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()[: 3 * 320]
+    rows = [dict(zip(("sent0", "sent1", "hard_neg"), lines[i : i + 3])) for i in range(0, len(lines), 3)]
+    path = workdir / "triplets.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def record(workdir: Path, vision_log_flag: list[str] = VISION_LOG_EVERY, extra: bool = True) -> dict:
+    from simcse_weince.paths import resolve_data_dir
+
+    runs = {"cpu-demo": ["train", *TEXT_ARGS]}
+    if extra:  # added with issue 38: the trainer's GradCache step and the supervised columns
+        runs["cpu-demo-gradcache"] = ["train", *TEXT_ARGS, "--mini-batch-size", "16"]
+        triplets = _triplets_file(workdir, resolve_data_dir(None))
+        runs["triplets-hardness"] = ["train", *TEXT_ARGS, "--train-file", str(triplets), "--hardness-strength", "9"]
+    runs["digits"] = ["vision", "train", *VISION_ARGS, *vision_log_flag]
+    losses = {}
+    for name, args in runs.items():
+        _run([*args, "--output-dir", str(workdir / name)])
+        losses[name] = _read_losses(workdir / name)
+    return losses
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default=None, help="write the losses here as JSON (default: print only)")
     parser.add_argument("--old-vision-flags", action="store_true", help="use --log-every (before the refactor)")
+    parser.add_argument("--only-original", action="store_true", help="only the runs of tests/data/step_losses.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as workdir:
-        losses = record(Path(workdir), ["--log-every", "1"] if args.old_vision_flags else VISION_LOG_EVERY)
+        losses = record(
+            Path(workdir),
+            ["--log-every", "1"] if args.old_vision_flags else VISION_LOG_EVERY,
+            extra=not args.only_original,
+        )
     text = json.dumps(losses, indent=1)
     print(text)
     if args.output:

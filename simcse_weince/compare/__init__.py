@@ -11,43 +11,45 @@ The summary goes to ``comparison.json``, ``comparison.md`` (a table to paste int
 
 ==========================  ============================================================================
 ``compare/sweep.py``        :func:`compare`: every cell trained, read or resumed; the summary written
-``compare/cells.py``        variants, each cell's config and folder, :func:`check_cell` (may a cell be reused?)
+``compare/cells.py``        :class:`CellKind`, each cell's config and folder, :func:`check_cell` (reusable?)
 ``compare/statistics.py``   mean ± sd, paired differences (t-interval, W/T/L, Wilcoxon), λ averaged over seeds
 ``compare/report.py``       ``comparison.md`` and the study report (:func:`study_report`)
 ``compare/plots.py``        ``comparison.png`` and ``comparison_lambda.png``
 ``compare/cli.py``          ``simcse-weince compare`` and ``simcse-weince vision compare``
-``text/cells.py``           a text cell: ``train``, STS metrics
-``vision/cells.py``         a vision cell: ``vision train``, then kNN and linear probe
+``text/cells.py``           ``TEXT_CELLS``, ``TEXT_VARIANTS``: a ``train`` run, STS metrics
+``vision/cells.py``         ``VISION_CELLS``, ``VISION_VARIANTS``: ``vision train``, then kNN and linear probe
 ==========================  ============================================================================
 
 Example::
 
-    from simcse_weince.compare import VARIANTS, compare
-    from simcse_weince.text.config import preset
+    from simcse_weince.compare import compare
+    from simcse_weince.text import TEXT_CELLS, TEXT_VARIANTS, preset
 
     base = preset("cpu-demo", max_steps=100)
-    variants = {name: VARIANTS[name] for name in ("infonce", "weince")}
-    summary = compare(base, variants, seeds=[1, 2, 3], output_dir="runs/compare")
+    variants = {name: TEXT_VARIANTS[name] for name in ("infonce", "weince")}
+    summary = compare(base, variants, seeds=[1, 2, 3], output_dir="runs/compare", kind=TEXT_CELLS)
     print(summary["differences"]["weince"]["stsb_test"])  # mean, ci95, wins/ties/losses, wilcoxon_p, n
 
 or ``simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare``.
 
-The same grid runs SimCLR pretraining when the base config is a
-:class:`~simcse_weince.vision.config.VisionTrainConfig` (``simcse-weince vision compare``): each cell is a
-``vision train`` run followed by the frozen-feature evaluation (kNN@20, kNN@1, linear probe), and the variant
+The same grid runs SimCLR pretraining with ``kind=VISION_CELLS`` (from :mod:`simcse_weince.vision`) and a
+:class:`~simcse_weince.vision.config.VisionTrainConfig` as the base (``simcse-weince vision compare``): each cell is
+a ``vision train`` run followed by the frozen-feature evaluation (kNN@20, kNN@1, linear probe), and the variant
 ``untrained`` (``num_epochs: 0``) is the initialised backbone of the same seed, so "does training beat random
 features?" is a paired difference too.
+
+What a kind of cell is (its config class, built-in variants, what it runs and reports) comes from its trainer
+package as a :class:`CellKind`; this package imports neither :mod:`simcse_weince.text` nor
+:mod:`simcse_weince.vision` (they import it).
 """
 
 from simcse_weince.compare.cells import (
-    VARIANTS,
-    VISION_VARIANTS,
+    CellKind,
     CellState,
     cell_configs,
     cell_dir,
     check_cell,
     load_variants,
-    task_for,
 )
 from simcse_weince.compare.plots import plot_comparison, plot_lambda_over_training
 from simcse_weince.compare.report import format_markdown, study_report
@@ -56,8 +58,7 @@ from simcse_weince.compare.sweep import compare
 from simcse_weince.provenance import file_fingerprint
 
 __all__ = [
-    "VARIANTS",
-    "VISION_VARIANTS",
+    "CellKind",
     "CellState",
     "cell_configs",
     "cell_dir",
@@ -73,5 +74,4 @@ __all__ = [
     "seed_averaged_lambda",
     "study_report",
     "summarize",
-    "task_for",
 ]

@@ -1,48 +1,62 @@
-"""The cells of a comparison: variants, each cell's config and folder, and the check that a finished or started
-cell may be reused (:func:`check_cell`). What one kind of cell runs and reports is a :class:`Task` that its
-trainer package supplies (:mod:`simcse_weince.text.cells`, :mod:`simcse_weince.vision.cells`)."""
+"""The cells of a comparison: each cell's config and folder, and the check that a finished or started cell may be
+reused (:func:`check_cell`). What one kind of cell is (its config class, built-in variants, what it runs and
+reports) is a :class:`CellKind` that its trainer package supplies (:data:`simcse_weince.text.TEXT_CELLS`,
+:data:`simcse_weince.vision.VISION_CELLS`); nothing here imports a trainer package."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from simcse_weince.config import CONFIG_FILE, apply_overrides, changed_settings, load_config, setting_text
 from simcse_weince.paths import child_folder
+from simcse_weince.settings import (
+    CONFIG_FILE,
+    apply_overrides,
+    changed_settings,
+    flatten_overrides,
+    load_config,
+    setting_text,
+)
 
 logger = logging.getLogger(__name__)
 
-#: the variants shipped: name -> overrides of the base config
-VARIANTS: dict[str, dict] = {
-    "infonce": {"loss": "infonce"},
-    "weince": {"loss": "weince"},
-    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
-    "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
-    # ours, not the paper's (Study 2): WEINCE with the same per-negative hardness term
-    "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
-}
+
+@dataclass(frozen=True, eq=False)
+class CellKind:
+    """One kind of cell, as its trainer package hands it to compare: which config it takes, its built-in variants,
+    what a cell runs and which of its numbers are compared."""
+
+    name: str  # "text", "vision": comparison.json's "task"
+    config_class: type  # the base config's class (TrainConfig, VisionTrainConfig)
+    variants: Mapping[str, dict]  # the built-in variants: name -> overrides of the base config
+    aliases: Mapping[str, str] | None  # deprecated setting names read in a recorded config (None: none)
+    run_cell: Callable[..., dict]  # (config, CellState) -> the cell's results (trained, resumed or read)
+    read_metrics: Callable[[dict], dict]  # results -> {metric: value}
+    metric_labels: dict[str, str]  # the compared metrics, in table order
+    deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
+    dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
+    data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
+
+    def check_config(self, config, caller: str) -> None:
+        """TypeError unless ``config`` is a config of this kind (e.g. a VisionTrainConfig given to text cells)."""
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"{caller}(kind={self.name.upper()}_CELLS) needs a {self.config_class.__name__}, got "
+                f"{type(config).__name__}"
+            )
 
 
-#: the vision variants shipped (``simcse-weince vision compare``); ``untrained`` trains 0 epochs: the seed's init
-VISION_VARIANTS: dict[str, dict] = {
-    "infonce": {"loss": "infonce"},
-    "weince": {"loss": "weince"},
-    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
-    "untrained": {"num_epochs": 0},
-}
-
-
-def load_variants(path, builtins: dict[str, dict] | None = None) -> dict[str, dict]:
-    """``builtins`` (default :data:`VARIANTS`) with the variants of a YAML/JSON file (``name: {setting: value}``)
-    merged over them.
+def load_variants(path, builtins: Mapping[str, dict]) -> dict[str, dict]:
+    """``builtins`` (a kind's variants, e.g. ``TEXT_CELLS.variants``) with the variants of a YAML/JSON file
+    (``name: {setting: value}``) merged over them.
 
     Example: a file holding ``q03: {loss: weince, weince: {quantile: 0.3}}`` adds the variant ``q03``.
     """
-    import yaml
+    import yaml  # third-party, on first use: not at ``simcse-weince --help``
 
     path = Path(path)
     if not path.is_file():
@@ -53,10 +67,8 @@ def load_variants(path, builtins: dict[str, dict] | None = None) -> dict[str, di
         raise ValueError(f"variants file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
     if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
         raise ValueError(f"variants file {path} must map each variant name to a mapping of settings")
-    from simcse_weince.config import flatten_overrides
-
     extra = {str(name): flatten_overrides(overrides) for name, overrides in values.items()}
-    return {**(VARIANTS if builtins is None else builtins), **extra}
+    return {**builtins, **extra}
 
 
 def cell_dir(output_dir, variant: str, seed: int) -> Path:
@@ -106,16 +118,14 @@ def _differences(config, recorded, not_applied: dict | None = None) -> dict[str,
     return {name: f"{name}: {setting_text(recorded, name)} != {setting_text(config, name)}" for name in names}
 
 
-def _recorded_config(config, values: dict):
-    """The settings a cell recorded, as a config of ``config``'s class (earlier releases' names read too)."""
-    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
-
-    aliases = DEPRECATED_NAMES if isinstance(config, VisionTrainConfig) else None
-    return apply_overrides(type(config)(), values, aliases)
+def _recorded_config(config, values: dict, kind: CellKind):
+    """The settings a cell recorded, as a config of ``config``'s class (the names of earlier releases, the kind's
+    ``aliases``, read too)."""
+    return apply_overrides(type(config)(), values, kind.aliases)
 
 
-def _read_finished(folder: Path, config, task: Task) -> dict | None:
-    """A cell's results.json when it is a valid result of ``task``; None when the cell has not finished. A file
+def _read_finished(folder: Path, config, kind: CellKind) -> dict | None:
+    """A cell's results.json when it is a valid result of ``kind``; None when the cell has not finished. A file
     that is not a valid result (half-written, not UTF-8, not a JSON object, no settings or scores) is named in a
     warning and the cell counts as unfinished: it is trained (or resumed) again."""
     results_file = folder / "results.json"
@@ -129,15 +139,15 @@ def _read_finished(folder: Path, config, task: Task) -> dict | None:
     except json.JSONDecodeError as error:  # e.g. killed while writing it
         problem = f"not valid JSON ({error.msg} at line {error.lineno})"
     else:
-        problem = _invalid_result(results, config, task)
+        problem = _invalid_result(results, config, kind)
     if problem is not None:
         logger.warning("%s is not a valid result: %s; the cell is trained again", results_file, problem)
         return None
     return results
 
 
-def _invalid_result(results, config, task: Task) -> str | None:
-    """Why ``results`` is not the results.json of a finished ``task`` cell (None when it is)."""
+def _invalid_result(results, config, kind: CellKind) -> str | None:
+    """Why ``results`` is not the results.json of a finished ``kind`` cell (None when it is)."""
     if not isinstance(results, dict):
         return f"it holds a JSON {'array' if isinstance(results, list) else type(results).__name__}, not an object"
     if not results:
@@ -147,14 +157,14 @@ def _invalid_result(results, config, task: Task) -> str | None:
     if not isinstance(results.get("history"), list):
         return "it records no training history ('history')"
     try:
-        _recorded_config(config, results["config"])
-        metrics = task.read_metrics(results)
+        _recorded_config(config, results["config"], kind)
+        metrics = kind.read_metrics(results)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return f"{type(error).__name__}: {error}"
     for name, value in metrics.items():
         if value is not None and not _is_number(value):
-            return f"its {name} ({task.metric_labels.get(name, name)}) is {value!r}, not a number"
-    for key, fields in (("evaluations", ("step", task.dev_curve)), ("history", ("step", "lambda_mean"))):
+            return f"its {name} ({kind.metric_labels.get(name, name)}) is {value!r}, not a number"
+    for key, fields in (("evaluations", ("step", kind.dev_curve)), ("history", ("step", "lambda_mean"))):
         entries = results.get(key) or []
         if not isinstance(entries, list):
             return f"its {key!r} is a {type(entries).__name__}, not a list"
@@ -175,9 +185,9 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_cell(config, task: Task | None = None) -> CellState:
+def check_cell(config, kind: CellKind) -> CellState:
     """A cell's folder checked against the cell's settings; :func:`compare` checks every cell before the first
-    one trains.
+    one trains. ``kind`` is the cell's kind (``TEXT_CELLS``, ``VISION_CELLS``); ``config`` must be of its class.
 
     A finished cell (a valid results.json) is reused only when the settings recorded in its results.json (and in
     its training_config.yaml, when there is one) are the cell's, and, for text cells, when its training file
@@ -186,20 +196,20 @@ def check_cell(config, task: Task | None = None) -> CellState:
     fingerprints were recorded is reused with a warning (the data cannot be checked); so is a finished cell whose
     training file is not here (restored from an archive to be read).
     """
-    task = task or task_for(config)
+    kind.check_config(config, "check_cell")
     folder = Path(config.output_dir)
     differences, started = {}, (folder / CONFIG_FILE).is_file()
     if started:
         differences.update(_differences(config, load_config(type(config), folder / CONFIG_FILE)))
-    results = _read_finished(folder, config, task)
+    results = _read_finished(folder, config, kind)
     fingerprint = None
     if results is None:
-        fingerprint = task.data_fingerprint(config)  # a missing training file fails here, before any cell trains
+        fingerprint = kind.data_fingerprint(config)  # a missing training file fails here, before any cell trains
     else:
-        recorded = _recorded_config(config, results["config"])
+        recorded = _recorded_config(config, results["config"], kind)
         differences.update(_differences(config, recorded, results.get("not_applied")))
         try:
-            fingerprint = task.data_fingerprint(config, download=False)
+            fingerprint = kind.data_fingerprint(config, download=False)
         except (OSError, ValueError) as error:
             logger.warning("cannot check the training data of %s (%s); reusing it: its settings match", folder,
                            error)  # fmt: skip
@@ -229,30 +239,3 @@ def write_results(folder: Path, results: dict) -> None:
     staging = folder / "results.json.tmp"
     staging.write_text(json.dumps(results, indent=2), encoding="utf-8")
     staging.replace(folder / "results.json")
-
-
-@dataclass(frozen=True)
-class Task:
-    """What one kind of cell runs and which of its numbers are compared."""
-
-    name: str
-    run_cell: Callable[..., dict]  # (config, CellState) -> the cell's results (trained, resumed or read)
-    read_metrics: Callable[[dict], dict]  # results -> {metric: value}
-    metric_labels: dict[str, str]  # the compared metrics, in table order
-    deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
-    dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
-    data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
-
-
-def task_for(config) -> Task:
-    """The task of a base config: text for a TrainConfig, vision for a VisionTrainConfig (each defined in its
-    trainer package)."""
-    from simcse_weince.vision.config import VisionTrainConfig
-
-    if isinstance(config, VisionTrainConfig):
-        from simcse_weince.vision.cells import VISION_TASK
-
-        return VISION_TASK
-    from simcse_weince.text.cells import TEXT_TASK
-
-    return TEXT_TASK

@@ -11,6 +11,16 @@ reused only under the same settings and training data, checked for every cell be
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from simcse_weince.compare.cells import CellKind, load_variants
+from simcse_weince.compare.sweep import compare
+from simcse_weince.settings import add_config_flags, apply_overrides, overrides_from_args, read_config_file
+from simcse_weince.text.cells import TEXT_CELLS
+from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig, preset
+
+# simcse_weince.vision is imported where ``vision compare`` needs it: that command exists only when the vision
+# command is registered (simcse_weince.cli leaves out a part of the product that is not installed)
 
 COMPARE_EXAMPLES = """examples:
   simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare
@@ -29,8 +39,6 @@ variants: infonce, weince, weince-reference (beta 1), untrained (0 epochs: the i
 def register(subparsers) -> None:
     """``simcse-weince compare`` (text variants over a preset) and, when the ``vision`` command is registered,
     ``simcse-weince vision compare``."""
-    from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig
-
     parser = subparsers.add_parser(
         "compare",
         help="train variants (losses) over several seeds and compare them, paired by seed",
@@ -48,7 +56,8 @@ def register(subparsers) -> None:
 
 def register_vision(subparsers) -> None:
     """``simcse-weince vision compare``: SimCLR variants (and the untrained backbone) over a data set."""
-    from simcse_weince.vision.config import DEPRECATED_NAMES, FIELD_CHOICES, VisionTrainConfig
+    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+    from simcse_weince.vision.config import FIELD_CHOICES as VISION_FIELD_CHOICES
 
     parser = subparsers.add_parser(
         "compare",
@@ -58,7 +67,7 @@ def register_vision(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_sweep_flags(parser)
-    finish_parser(parser, VisionTrainConfig, FIELD_CHOICES, task="vision", aliases=DEPRECATED_NAMES)
+    finish_parser(parser, VisionTrainConfig, VISION_FIELD_CHOICES, task="vision", aliases=DEPRECATED_NAMES)
 
 
 def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
@@ -77,8 +86,6 @@ def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
 
 
 def finish_parser(parser, config_class, choices, *, task: str, aliases=None) -> None:
-    from simcse_weince.config import add_config_flags
-
     defaults = "the preset" if task == "text" else "VisionTrainConfig's"
     add_config_flags(parser, config_class, f"base settings of every run (defaults: {defaults})", aliases, choices)
     for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
@@ -94,11 +101,19 @@ def is_vision(args: argparse.Namespace) -> bool:
     return getattr(args, "compare_task", "text") == "vision"
 
 
+def cell_kind(args: argparse.Namespace) -> CellKind:
+    """The kind of cell the parsed command sweeps: VISION_CELLS for ``vision compare``, TEXT_CELLS for ``compare``
+    (this wiring is the one place of compare that knows the trainer packages)."""
+    if is_vision(args):
+        from simcse_weince.vision.cells import VISION_CELLS
+
+        return VISION_CELLS
+    return TEXT_CELLS
+
+
 def select_variants(args: argparse.Namespace) -> dict[str, dict]:
     """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
-    from simcse_weince.compare.cells import VARIANTS, VISION_VARIANTS, load_variants
-
-    builtins = VISION_VARIANTS if is_vision(args) else VARIANTS
+    builtins = cell_kind(args).variants
     known = load_variants(args.variants_file, builtins) if args.variants_file else dict(builtins)
     if args.losses is None:
         return known
@@ -133,18 +148,13 @@ def parse_seeds(text: str) -> list[int]:
 def build_base_config(args: argparse.Namespace):
     """The base config: text, the preset (vision, the defaults) < --config FILE < flags (--seed is not allowed:
     --seeds sets it per run)."""
-    from simcse_weince.config import apply_overrides, overrides_from_args, read_config_file
-
     flags = overrides_from_args(args)
     if "seed" in flags:
         raise ValueError("--seed does not apply to compare: use --seeds")
     overrides = {**(read_config_file(args.config) if args.config else {}), **flags}
     if is_vision(args):
-        from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
-
-        return apply_overrides(VisionTrainConfig(), overrides, DEPRECATED_NAMES)
-    from simcse_weince.text.config import preset
-
+        kind = cell_kind(args)
+        return apply_overrides(kind.config_class(), overrides, kind.aliases)
     return apply_overrides(preset(args.preset or "paper"), overrides)
 
 
@@ -161,11 +171,7 @@ def run_compare(args: argparse.Namespace) -> int:
         print(yaml.safe_dump({"base": base.to_dict(), "variants": variants, "seeds": seeds,
                               "baseline": args.baseline}, sort_keys=False), end="")  # fmt: skip
         return 0
-    from pathlib import Path
-
-    from simcse_weince.compare import compare
-
-    compare(base, variants, seeds, base.output_dir, baseline=args.baseline)
+    compare(base, variants, seeds, base.output_dir, kind=cell_kind(args), baseline=args.baseline)
     output_dir = Path(base.output_dir).expanduser()
     print((output_dir / "comparison.md").read_text(encoding="utf-8"), end="")
     print(f"comparison in {output_dir}: comparison.json, comparison.md, comparison.png")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simcse_weince.compare.statistics import summarize
+
 
 def _fmt(value, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -89,8 +91,6 @@ def difference_lines(differences: dict, baseline: str, summary: dict, *, record:
 
 def against(summary: dict, other: str) -> list[str]:
     """Each other variant's paired differences against ``other`` (a second baseline, e.g. the peer loss)."""
-    from simcse_weince.compare.statistics import summarize
-
     if other not in {run["variant"] for run in summary["runs"]}:
         return []
     differences = summarize(summary["runs"], other, tuple(summary["metrics"]))["differences"]
@@ -112,11 +112,11 @@ def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
         lines += ["", "| WEINCE variant | " + " | ".join(LAMBDA_KEYS.values()) + " |",
                   "|---|" + "---:|" * len(LAMBDA_KEYS)]  # fmt: skip
         for name, rows in curves.items():
-            cells = []
+            entries = []  # the row's table entries ("cell" means a grid cell here: variant x seed)
             for key in LAMBDA_KEYS:
                 values = [row[key] for row in rows if key in row]
-                cells.append(f"{sum(values) / len(values):.3f}" if values else "n/a")
-            lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+                entries.append(f"{sum(values) / len(values):.3f}" if values else "n/a")
+            lines.append(f"| `{name}` | " + " | ".join(entries) + " |")
         lines.append("")
         lines.append("(per-step values averaged over the seeds, then over the steps)")
     seconds = summary.get("cell_wall_time_seconds")

@@ -60,11 +60,9 @@ def paired_difference(values, baseline_values, confidence: float = 0.95) -> dict
     return result
 
 
-def summarize(runs: list[dict], baseline: str, metrics: tuple[str, ...] | None = None) -> dict:
-    """Per-variant mean/sd of each metric (default: the text metrics) and each other variant's paired differences
-    against ``baseline``."""
-    if metrics is None:
-        from simcse_weince.text.cells import METRICS as metrics
+def summarize(runs: list[dict], baseline: str, metrics: tuple[str, ...]) -> dict:
+    """Per-variant mean/sd of each metric (a cell kind's, e.g. ``tuple(TEXT_CELLS.metric_labels)``) and each other
+    variant's paired differences against ``baseline``."""
     variants = list(dict.fromkeys(run["variant"] for run in runs))
     by_cell = {(run["variant"], run["seed"]): run for run in runs}
     seeds = sorted({run["seed"] for run in runs})

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from simcse_weince.validation import check_utf8_text_file
+
 __all__ = [
     "candidate_sets",
     "cosine_matrix",
@@ -46,7 +48,6 @@ def read_sentences(path, max_sentences: int | None = None) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"sentence file not found: {path}")
-    from simcse_weince.validation import check_utf8_text_file
 
     check_utf8_text_file(path, "sentence file")  # the trainer refuses the same files: no silent U+FFFD
     sentences = []

@@ -18,6 +18,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from simcse_weince.paths import looks_like_local_path
+from simcse_weince.validation import check_utf8_text_file
+
+# `simcse-weince --help` reads this module (the diagnose command's settings); the steps import torch, scipy,
+# matplotlib and sentence-transformers where they run, so that --help does not wait for them
+
 logger = logging.getLogger(__name__)
 
 
@@ -62,7 +68,6 @@ class DiagnoseSettings:
         for flag, path in (("--data", self.data), ("--pairs", self.pairs), ("--training-log", self.training_log)):
             if path and not Path(path).is_file():
                 raise FileNotFoundError(f"{flag} file not found: {path}")
-        from simcse_weince.validation import check_utf8_text_file
 
         check_utf8_text_file(self.data, "--data file")  # before the model loads, like `train` does
         if self.pairs:
@@ -72,7 +77,6 @@ class DiagnoseSettings:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(self, name)}")
         if not math.isfinite(self.min_score):
             raise ValueError(f"--min-score must be a finite number, got {self.min_score}")
-        from simcse_weince.paths import looks_like_local_path
 
         if looks_like_local_path(self.model) and not Path(self.model).expanduser().exists():
             raise FileNotFoundError(f"model folder {self.model} not found; pass an existing folder or a Hub id")

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from simcse_weince.weince.config import DIAGNOSTIC_KEYS
+
 __all__ = [
     "load_training_log",
     "plot_exceedances",
@@ -310,9 +312,6 @@ def plot_lambda_statistics(log, path=None, keys=None):
     ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.DIAGNOSTIC_KEYS`).
     """
     if keys is None:
-        # Imported here: weince.py imports torch, which plotting a log does not otherwise need.
-        from simcse_weince.weince import DIAGNOSTIC_KEYS
-
         keys = DIAGNOSTIC_KEYS
     plt = _pyplot()
     rows = load_training_log(log)

@@ -30,6 +30,7 @@ from typing import Any
 
 # SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
 from simcse_weince.poolers import POOLERS
+from simcse_weince.safe_load import refusing_pickles
 
 Encoder = Callable[[list[str]], Any]
 
@@ -51,8 +52,8 @@ def length_sorted_batches(
     than its own sentences; the order changes no score).
 
     Lengths are token counts when a ``tokenizer`` is given (truncated at ``max_length`` as the encoding will be),
-    characters otherwise. Token counts matter: on SentEval's STS sentences, character-sorted batches of 64 encode
-    1.39x the real tokens, token-sorted ones 1.01x (docs/performance.md, section 5).
+    characters otherwise. Token counts matter: character-sorted batches pad far more than token-sorted ones
+    (docs/performance.md, section 5).
     """
     if tokenizer is not None and len(sentences):
         ids = tokenizer(list(sentences), truncation=max_length is not None, max_length=max_length)["input_ids"]
@@ -277,8 +278,6 @@ def as_encoder(
         hf_model, tokenizer = _hf_parts_of(model)
         return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)
     if isinstance(model, str) or hasattr(model, "__fspath__"):
-        from simcse_weince.safe_load import refusing_pickles
-
         name = str(model)
         if pooler is None:
             from sentence_transformers import SentenceTransformer

@@ -174,12 +174,12 @@ def format_sts_table(results: dict) -> str:
     names = [name for name in STS_TASKS if name in results]
     if not names:
         raise ValueError("no STS task results to format")
-    cells = [f"{results[name]:.2f}" for name in names]  # same rounding as SimCSE's "%.2f" %
-    average = f"{sum(float(cell) for cell in cells) / len(cells):.2f}"
+    entries = [f"{results[name]:.2f}" for name in names]  # same rounding as SimCSE's "%.2f" %
+    average = f"{sum(float(entry) for entry in entries) / len(entries):.2f}"
     titles = [TASK_TITLES[name] for name in names] + ["Avg."]
-    cells.append(average)
-    widths = [max(len(title), len(cell)) for title, cell in zip(titles, cells)]
+    entries.append(average)
+    widths = [max(len(title), len(entry)) for title, entry in zip(titles, entries)]
     header = "| " + " | ".join(title.rjust(width) for title, width in zip(titles, widths)) + " |"
     rule = "|" + "|".join("-" * (width + 1) + ":" for width in widths) + "|"
-    row = "| " + " | ".join(cell.rjust(width) for cell, width in zip(cells, widths)) + " |"
+    row = "| " + " | ".join(entry.rjust(width) for entry, width in zip(entries, widths)) + " |"
     return "\n".join([header, rule, row])

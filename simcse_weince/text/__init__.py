@@ -5,9 +5,9 @@
 ``text/data.py``          the corpus, tokenised once; batches as a pure function of (seed, index)
 ``text/model.py``         :class:`SimCSEModel`: encoder + SimCSE pooler, export to a SentenceTransformer
 ``text/columns.py``       training files of 1-3 columns (SimCSE's and sentence-transformers' names)
-``text/train.py``         :func:`train` and its task for :func:`~simcse_weince.training.loop.run_training`
+``text/trainer.py``       :func:`train` and its task for :func:`~simcse_weince.training.loop.run_training`
 ``text/results.py``       STS-B dev selection, export, ``results.json``, the model card
-``text/cells.py``         a cell of ``simcse-weince compare``
+``text/cells.py``         ``TEXT_CELLS`` (and ``TEXT_VARIANTS``): a cell of ``simcse-weince compare``
 ``text/cli.py``           ``simcse-weince train`` and ``push``
 ========================  ============================================================================
 
@@ -27,8 +27,10 @@ _EXPORTS = {
     "TrainConfig": "config",
     "PRESETS": "config",
     "preset": "config",
-    "train": "train",
+    "train": "trainer",
     "SimCSEModel": "model",
+    "TEXT_VARIANTS": "cells",
+    "TEXT_CELLS": "cells",
 }
 __all__ = list(_EXPORTS)
 

@@ -1,12 +1,16 @@
-"""The text cells of a comparison (``simcse-weince compare``): one ``train`` run per cell, scored on STS."""
+"""The text cells of a comparison (``simcse-weince compare``): one ``train`` run per cell, scored on STS.
+
+:data:`TEXT_CELLS` is what :func:`~simcse_weince.compare.compare` is given (``kind=TEXT_CELLS``) for a
+:class:`~simcse_weince.text.config.TrainConfig`; :data:`TEXT_VARIANTS` are its built-in variants."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from simcse_weince.compare.cells import CellState, Task, check_cell, write_results
+from simcse_weince.compare.cells import CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import file_fingerprint
+from simcse_weince.text.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -16,10 +20,20 @@ METRIC_LABELS = {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts
 
 METRICS = tuple(METRIC_LABELS)
 
+#: the text variants shipped (``simcse-weince compare``): name -> overrides of the base config
+TEXT_VARIANTS: dict[str, dict] = {
+    "infonce": {"loss": "infonce"},
+    "weince": {"loss": "weince"},
+    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
+    "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
+    # ours, not the paper's (Study 2): WEINCE with the same per-negative hardness term
+    "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
+}
+
 
 def text_data_fingerprint(config, *, download: bool = True) -> dict:
     """The fingerprint of a text cell's training file, resolved as ``train`` resolves it."""
-    from simcse_weince.text.data import resolve_train_file
+    from simcse_weince.text.data import resolve_train_file  # torch: this module is read by --help
 
     return file_fingerprint(resolve_train_file(config, download=download))
 
@@ -28,10 +42,10 @@ def run_cell(config, state: CellState | None = None) -> dict:
     """Train one text cell, or read / resume it (see :func:`check_cell`): finished -> read; started -> resume;
     else fresh. The cell's results.json records its settings and ``data_fingerprint`` (path, size and sha256 of
     the training file), which a rerun checks before reusing the cell."""
-    state = state or check_cell(config, TEXT_TASK)
+    state = state or check_cell(config, TEXT_CELLS)
     if state.results is not None:
         return state.results
-    from simcse_weince.text.train import train
+    from simcse_weince.text.trainer import train  # torch and transformers: this module is read by --help
 
     fingerprint = text_data_fingerprint(config)  # now, as the cell reads it (a cache hit when nothing changed)
     if state.fingerprint is not None and fingerprint["sha256"] != state.fingerprint["sha256"]:
@@ -59,6 +73,16 @@ def run_metrics(results: dict) -> dict:
     }
 
 
-#: what a text cell runs and which of its numbers are compared
-TEXT_TASK = Task("text", run_cell, run_metrics, METRIC_LABELS, ("stsb_test",), "stsb_dev_spearman",
-                 text_data_fingerprint)  # fmt: skip
+#: the text cells: a TrainConfig, its variants, what a cell runs and which of its numbers are compared
+TEXT_CELLS = CellKind(
+    name="text",
+    config_class=TrainConfig,
+    variants=TEXT_VARIANTS,
+    aliases=None,
+    run_cell=run_cell,
+    read_metrics=run_metrics,
+    metric_labels=METRIC_LABELS,
+    deltas=("stsb_test",),
+    dev_curve="stsb_dev_spearman",
+    data_fingerprint=text_data_fingerprint,
+)

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
         epilog=TRAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from simcse_weince.config import add_run_flags
+    from simcse_weince.settings import add_run_flags
     from simcse_weince.text.config import PRESETS
 
     add_run_flags(train_parser).add_argument(
@@ -37,7 +37,7 @@ def register(subparsers) -> None:
         choices=list(PRESETS),
         help="paper (default: BERT-base on wiki1m), cpu-demo (MiniLM, mean pooling) or cpu-cls (MiniLM, SimCSE's cls)",
     )
-    from simcse_weince.config import add_config_flags
+    from simcse_weince.settings import add_config_flags
     from simcse_weince.text.config import FIELD_CHOICES, TrainConfig
 
     title = "training settings (defaults: the preset; the paper's are shown)"
@@ -60,7 +60,7 @@ def register(subparsers) -> None:
 
 def build_config(args: argparse.Namespace):
     """The resolved TrainConfig: preset (or the saved run, with --resume) < --config FILE < flags."""
-    from simcse_weince.config import resolve_config
+    from simcse_weince.settings import resolve_config
     from simcse_weince.text.config import preset
 
     return resolve_config(preset(args.preset or "paper"), args)
@@ -76,7 +76,7 @@ def run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from simcse_weince.text.results import format_summary
-    from simcse_weince.text.train import train
+    from simcse_weince.text.trainer import train
 
     results = train(config, resume=args.resume, overwrite=args.overwrite)
     if results:  # the main process

@@ -1,7 +1,7 @@
 """The text trainer's settings: :class:`TrainConfig` and its presets. Importing this module does not import torch.
 
 ``preset("cpu-demo", loss="infonce")`` is the preset with keyword overrides; the same settings come from YAML /
-JSON files and CLI flags through :mod:`simcse_weince.config`.
+JSON files and CLI flags through :mod:`simcse_weince.settings`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from simcse_weince.config import LOSSES, REPORT_TO, apply_overrides
 from simcse_weince.poolers import TRAINING_POOLERS
-from simcse_weince.precision import MIXED_PRECISION
-from simcse_weince.weince_config import WeinceConfig
+from simcse_weince.precision import MIXED_PRECISION, amx_tiles
+from simcse_weince.settings import LOSSES, REPORT_TO, apply_overrides
+from simcse_weince.validation import check_field_types
+from simcse_weince.weince.config import WeinceConfig
 
 #: the transformers.get_scheduler names that work from (warmup, total steps) alone and step without a metric
 LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
@@ -48,7 +49,6 @@ class SpeedConfig:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        from simcse_weince.validation import check_field_types
 
         check_field_types(self)
         if self.length_chunks != "auto" and self.length_chunks < 1:
@@ -64,7 +64,7 @@ class TrainConfig:
     num_processes`` of them and the embeddings are gathered. Gradient accumulation sums the gradients of
     ``gradient_accumulation_steps`` such batches (negatives stay within a batch). ``mini_batch_size`` bounds
     memory without losing negatives: each process encodes its share ``mini_batch_size`` sentences at a time
-    (GradCache, see :func:`simcse_weince.text.train.forward_backward`), with the same loss and gradients.
+    (GradCache, see :mod:`simcse_weince.text.gradcache`), with the same loss and gradients.
     """
 
     # model
@@ -127,7 +127,6 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        from simcse_weince.validation import check_field_types
 
         check_field_types(self)  # batch_size="32" -> TypeError naming the field, not a failed comparison
         if self.loss not in LOSSES:
@@ -207,12 +206,8 @@ class TrainConfig:
         return values
 
 
-#: ``length_chunks: auto``: 4 length-sorted chunks, except one padded forward under bf16/fp16 where four smaller
-#: forwards do not pay. Measured with ``scripts/benchmarks/bench_train.py`` (sentences/s, docs/performance.md):
-#: fp32, 2 CPU cores: 4 chunks 1.23-1.27x one padded forward (AMD EPYC, 2026-12-02; docs/training.md); bf16 on a
-#: Xeon with AMX (issue 26): 1 chunk 52.2 / 55.2 against 51.0 / 50.9 with 4, so 1; bf16 on an AMD EPYC with
-#: AVX512-BF16 and no AMX: 4 chunks 95.3 against 79.3 with 1 (3 rounds, 1.20x), so 4. On an accelerator under
-#: bf16/fp16 (not measured) one forward, as before.
+#: ``length_chunks: auto``: 4 length-sorted chunks, except one padded forward under bf16/fp16 on CPUs with AMX
+#: and on accelerators, where four smaller forwards do not pay (the measurements: docs/performance.md, section 12).
 AUTO_LENGTH_CHUNKS = 4
 
 
@@ -223,7 +218,6 @@ def resolve_length_chunks(length_chunks: int | str, mixed_precision: str, device
         return int(length_chunks)
     if mixed_precision == "no":
         return AUTO_LENGTH_CHUNKS
-    from simcse_weince.precision import amx_tiles
 
     return AUTO_LENGTH_CHUNKS if device_type == "cpu" and not amx_tiles() else 1
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
+from simcse_weince.text.columns import is_table_file, read_table
 from simcse_weince.validation import check_regular_file, check_utf8_text_file, has_visible_character
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,6 @@ def load_training_data(path: Path, max_train_samples: int | None = None):
     order: anchor, positive, hard negative; plain text is the single column ``text``) and the number of empty
     lines skipped."""
     from datasets import Dataset
-
-    from simcse_weince.text.columns import is_table_file, read_table
 
     path = Path(path)
     if not is_table_file(path):

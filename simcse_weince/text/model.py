@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from simcse_weince.evaluation.encoders import length_sorted_batches
+from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
 from simcse_weince.safe_load import RefusedPickle, refusing_pickles
 
@@ -39,6 +41,17 @@ def default_max_seq_length(model_path: str, tokenizer) -> int:
         if value:
             return int(value)
     return int(min(tokenizer.model_max_length, 512))
+
+
+def encode_columns(model, batch: dict, num_columns: int = 1) -> tuple:
+    """The embeddings of a collated batch, one tensor per column, from one forward pass.
+
+    One column is unsupervised SimCSE: every sentence twice, the two dropout masks make the positive pair. Pairs
+    and triplets are stacked column by column (:class:`~simcse_weince.text.data.PaddingCollator`) and encoded
+    together, as SimCSE encodes ``sent0``, ``sent1`` and ``hard_neg`` (dropout stays on for all of them)."""
+    if num_columns == 1:
+        return model(**batch, num_views=2)  # two dropout masks
+    return model(**batch).chunk(num_columns)
 
 
 class SimCSEModel(nn.Module):
@@ -97,8 +110,6 @@ class SimCSEModel(nn.Module):
         """Load encoder and tokenizer by hub id, local folder (a SentenceTransformer folder works) or
         ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides the hidden and attention dropout (SimCSE: 0.1)."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-        from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 
         path = resolve_model_path(model)
         if looks_like_local_path(path) and not Path(path).expanduser().exists():
@@ -189,7 +200,6 @@ class SimCSEModel(nn.Module):
 
         Sentences are batched by token count so that batches carry little padding.
         """
-        from simcse_weince.evaluation.encoders import length_sorted_batches
 
         was_training = self.training
         self.eval()

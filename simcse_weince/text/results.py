@@ -12,13 +12,17 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
+from simcse_weince.hub import write_model_card
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.provenance import versions
+from simcse_weince.text.columns import COLUMN_ROLES
 from simcse_weince.text.config import TrainConfig
 from simcse_weince.training.loop import TrainingRun
+from simcse_weince.training.runs import reporting_write_failures
 from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
-from simcse_weince.weince_config import WeinceConfig
+from simcse_weince.weince.config import WeinceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +58,6 @@ class DevSelection:
         self.data_dir, self.state, self.best_dir = data_dir, state, best_dir
 
     def score(self) -> float | None:
-        from simcse_weince.evaluation import stsb_spearman
 
         score = None
         if self.accelerator.is_main_process:
@@ -109,7 +112,6 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
 
     ``run.timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card
     and ``results.json`` are written (their own few milliseconds are the only part of the run it leaves out)."""
-    from simcse_weince.training.runs import reporting_write_failures
 
     config, accelerator, state, last_checkpoint = run.config, run.accelerator, run.state, run.last_checkpoint
     if not accelerator.is_main_process:
@@ -166,7 +168,6 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
             "versions": versions(),
         }
     )
-    from simcse_weince.hub import write_model_card
 
     with reporting_write_failures(output_dir, staging, after):
         # results.json marks a finished run (compare reads it): the model card goes first
@@ -182,7 +183,6 @@ EXPORT_STAGING = ".export.tmp"
 
 def column_roles(columns: tuple[str, ...]) -> dict[str, str]:
     """Each training column and its role: one column is unsupervised SimCSE (its dropout views are the pairs)."""
-    from simcse_weince.text.columns import COLUMN_ROLES
 
     if len(columns) == 1:
         return {columns[0]: "sentence (its two dropout views are the positive pair)"}
@@ -202,8 +202,6 @@ def _move_into(staging: Path, output_dir: Path) -> None:
 def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device) -> dict:
     """Scores of the exported folder itself, so ``SentenceTransformer(output_dir)`` reproduces them."""
     from sentence_transformers import SentenceTransformer
-
-    from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
 
     model = SentenceTransformer(str(output_dir), device=str(device))
     # The evaluation package's default encoding options: what a user gets from the same call on the folder.

@@ -2,10 +2,18 @@
 Ctrl-C and the stop on a non-finite loss, export.
 
 What differs between the text and the vision trainer is a small task object (:class:`TrainingTask`): how to
-build the model and the data, one step's loss and logs, evaluation and export, and the explicit
-:class:`LoopOptions` that say how its bookkeeping differs. The loop itself is one function, as in nanoGPT's
+build the model and the data, one step's loss and logs, evaluation and export, and :class:`LoopOptions` (names,
+schedules, whether the last checkpoint is the run's result). The loop itself is one function, as in nanoGPT's
 ``train.py`` and Accelerate's ``complete_nlp_example.py``; run state the tasks need (the trainer state, the
 steps, the precision used) is a :class:`TrainingRun`, not a list of parameters.
+
+Why one shared loop and not each trainer's own short loop (torchtune's rule: an interface is not a vehicle for
+code reuse): what it holds is the machinery every trainer needs and must get right the same way (claiming the run
+folder only once every input has loaded, atomic checkpoints, exact resume, Ctrl-C and SIGTERM, the stop on a
+non-finite loss, trackers, timings); a fix to it must reach both trainers. It has no branch on the kind of trainer:
+every trainer logs the same way (each entry's numbers, every ``logging_steps`` and at the last step; the
+cumulative training time kept in the history), and a trainer's own steps live in its task. If a third trainer
+needs a switch here, it gets its own loop instead.
 
 Example (what :func:`simcse_weince.text.train` does)::
 
@@ -19,7 +27,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from simcse_weince.precision import precision_label
 from simcse_weince.training.accelerator import make_accelerator
@@ -39,21 +46,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoopOptions:
-    """Where one trainer's loop differs from another's, said once."""
+    """What one trainer's loop is called and how often it logs, evaluates and saves."""
 
     project: str  # the trackers' project name
     progress_desc: str  # the progress bar's label
     unit: str  # what the throughput counts: "sent", "img"
     items_per_step: int  # examples per optimizer step (throughput)
-    logging_steps: int
-    log_last_step: bool  # the last step is logged even off the logging grid (vision)
-    unlogged: tuple[str, ...]  # entry keys kept in the history but not sent to the trackers
+    logging_steps: int  # log every N steps (and the last one)
     save_steps: int  # periodic checkpoints every N steps (0: none; Ctrl-C and the last step still save)
     save_total_limit: int
-    keep_last_checkpoint: bool  # vision: ``vision eval`` reads it; text: dropped once the export is written
+    keep_last_checkpoint: bool  # is the last checkpoint the run's result (vision eval reads it), or dropped once
+    # the export is written (the text trainer exports a SentenceTransformer)?
     eval_steps: int = 0  # evaluate every N steps and at the last one (0: never)
-    entry_train_seconds: bool = False  # each history entry carries the cumulative training time (text)
-    state_keys: tuple[str, ...] = ()  # entry keys also kept in the trainer state (vision: "epoch")
 
 
 @dataclass
@@ -73,36 +77,44 @@ class TrainingRun:
     last_checkpoint: Path | None = None
 
 
-class TrainingTask(Protocol):
-    """What a trainer supplies to :func:`run_training` (text: :class:`simcse_weince.text.train.TextTask`, vision:
-    :class:`simcse_weince.vision.train.VisionTask`). The hooks are called in this order."""
+class TrainingTask:
+    """What a trainer supplies to :func:`run_training` (text: :class:`simcse_weince.text.trainer.TextTask`, vision:
+    :class:`simcse_weince.vision.trainer.VisionTask`). The hooks are called in this order; those with a body here do
+    nothing unless a trainer needs them."""
 
     def accelerator_options(self) -> dict:
         """Keyword arguments for :func:`~simcse_weince.training.accelerator.make_accelerator`."""
+        return {}
 
     def check(self, run: TrainingRun) -> None:
         """Refuse settings the accelerator makes impossible, before the run folder is touched."""
 
     def build(self, run: TrainingRun) -> tuple[object, int]:
         """Load data and model, prepare them with the accelerator; ``(model, total_steps)``. Seeded already."""
+        raise NotImplementedError
 
     def initial_state(self) -> dict:
-        """The trainer's own fields of a fresh trainer state."""
+        """The trainer's own fields of a fresh trainer state (a ``data_fingerprint`` is checked on resume)."""
+        return {}
 
     def options(self) -> LoopOptions:
         """Read once the task is built."""
+        raise NotImplementedError
 
     def loader(self, run: TrainingRun):
         """The data of the remaining steps (``run.start_step`` is set)."""
+        raise NotImplementedError
 
     def before_training(self, run: TrainingRun) -> None:
         """After the set-up, before the first step (text: the base model's dev score, timed as evaluation)."""
 
     def describe(self, run: TrainingRun) -> str:
         """What is trained, for the log line that starts the loop (which adds processes, device, precision)."""
+        raise NotImplementedError
 
     def train_step(self, step: int, batches: Iterator, log_now: bool) -> dict:
-        """One optimizer step: forward, backward, update; the entry to log (``"step"``, ``"loss"``, …)."""
+        """One optimizer step: forward, backward, update; the entry to log (``"step"``, ``"loss"``, numbers)."""
+        raise NotImplementedError
 
     def evaluate(self, step: int, write) -> None:
         """Evaluate the current weights (every ``eval_steps`` and at the last step)."""
@@ -110,6 +122,7 @@ class TrainingTask(Protocol):
     def export(self, run: TrainingRun) -> dict:
         """Write the run's result (``run.last_checkpoint`` holds the last step; ``run.timer`` times its parts and
         reports the whole run); returns what ``train()`` does."""
+        raise NotImplementedError
 
 
 def check_same_data(saved: dict, fresh: dict, checkpoint) -> None:
@@ -185,22 +198,20 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         with InterruptFlag() as interrupt:
             for step in range(start_step + 1, total_steps + 1):  # step = optimizer updates done after this one
                 step_start = time.perf_counter()
-                log_now = step % options.logging_steps == 0 or (options.log_last_step and step == total_steps)
+                log_now = step % options.logging_steps == 0 or step == total_steps
                 entry = task.train_step(step, batches, log_now)
                 session_seconds += time.perf_counter() - step_start
                 state["train_seconds"] += time.perf_counter() - step_start
                 state["step"] = step
-                state.update({key: entry[key] for key in options.state_keys})
-                if options.entry_train_seconds:
-                    entry["train_seconds"] = state["train_seconds"]
                 check_finite(entry["loss"], step, folder.checkpoints)
+                if log_now:
+                    accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
+                entry["train_seconds"] = state["train_seconds"]  # in the history, not a tracked metric
                 state["history"].append(entry)
                 run.history.append(entry)
                 speed = (step - start_step) * options.items_per_step / session_seconds
                 progress.update(1)
                 progress.set_postfix(progress_postfix(entry, speed, mixed_precision, unit=options.unit), refresh=False)
-                if log_now:
-                    accelerator.log({k: v for k, v in entry.items() if k not in ("step", *options.unlogged)}, step=step)
                 if options.eval_steps and (step % options.eval_steps == 0 or step == total_steps):
                     with timer.part("evaluation"):
                         task.evaluate(step, progress.write)

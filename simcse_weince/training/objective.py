@@ -4,19 +4,20 @@
 second views are its negatives. ``geometry="simclr"`` (vision): the 2N x 2N NT-Xent set of both views. With
 several processes both views are gathered with their gradient first, so the negatives and WEINCE's tail
 statistics span the global batch and every process computes the same loss. The loss is computed in float32
-with autocast off, whatever the training precision (tail statistics need it). ``extra_terms`` is an optional
-module added to the loss (the authors' top-M terms for vision, spec section 7). ``hardness_strength`` adds
-sentence-transformers' hard-negative weighting to either loss (:func:`~simcse_weince.weince.infonce_loss`; for
-WEINCE it is ours, not the paper's).
+with autocast off, whatever the training precision (tail statistics need it). Embeddings to loss is
+:func:`~simcse_weince.losses.from_embeddings.loss_from_embeddings`, the sentence-transformers losses' path too.
+``extra_terms`` is an optional module added to the loss (the authors' top-M terms for vision, spec section 7).
+``hardness_strength`` adds sentence-transformers' hard-negative weighting to either loss
+(:func:`~simcse_weince.weince.infonce_loss`; for WEINCE it is ours, not the paper's).
 """
 
 from __future__ import annotations
 
 import torch
 
-from simcse_weince.config import LOSSES
-from simcse_weince.distributed import gather_with_grad
-from simcse_weince.weince import GEOMETRIES, WeinceConfig, infonce_loss, summarize_statistics, weince_loss
+from simcse_weince.losses.from_embeddings import loss_from_embeddings
+from simcse_weince.settings import LOSSES
+from simcse_weince.weince.loss import GEOMETRIES, WeinceConfig, infonce_loss, weince_loss
 
 
 class ContrastiveObjective:
@@ -86,47 +87,16 @@ class ContrastiveObjective:
     ):  # fmt: skip
         """``hard_negatives`` (simcse geometry): one tensor per hard-negative column, row i being anchor i's own
         hard negative; every anchor sees all of them as extra candidates (SimCSE's supervised loss)."""
-        if hard_negatives and self.geometry != "simcse":
-            raise ValueError(f"hard negatives need the simcse geometry, not {self.geometry!r}")
-        first_view, second_view = first_view.float(), second_view.float()
-        hard_negatives = tuple(column.float() for column in hard_negatives)
-        if self.gather:  # column by column, so that candidate i stays anchor i's positive across processes
-            first_view, second_view = gather_with_grad(first_view), gather_with_grad(second_view)
-            hard_negatives = tuple(gather_with_grad(column) for column in hard_negatives)
-        if hard_negatives:
-            second_view = torch.cat([second_view, *hard_negatives])
-        logs: dict = {}
-        with torch.autocast(device_type=first_view.device.type, enabled=False):
-            if self.loss == "infonce":
-                loss = infonce_loss(
-                    first_view,
-                    second_view,
-                    temperature=self.temperature,
-                    geometry=self.geometry,
-                    hardness_strength=self.hardness_strength,
-                )
-            elif diagnostics:
-                loss, stats = weince_loss(
-                    first_view,
-                    second_view,
-                    temperature=self.temperature,
-                    config=self.weince,
-                    geometry=self.geometry,
-                    return_stats=True,
-                    hardness_strength=self.hardness_strength,
-                )
-                logs = summarize_statistics(stats)
-            else:
-                loss = weince_loss(
-                    first_view,
-                    second_view,
-                    temperature=self.temperature,
-                    config=self.weince,
-                    geometry=self.geometry,
-                    hardness_strength=self.hardness_strength,
-                )
-            if self.extra_terms is not None:
-                loss = loss + self.extra_terms(first_view, second_view, temperature=self.temperature)
-                if diagnostics:
-                    logs.update(self.extra_terms.last_diagnostics)
+        result = loss_from_embeddings(
+            [first_view.float(), second_view.float(), *(column.float() for column in hard_negatives)],
+            loss=self.loss, temperature=self.temperature, config=self.weince, geometry=self.geometry,
+            gather=self.gather, hardness_strength=self.hardness_strength,
+            statistics=diagnostics and self.loss == "weince",
+        )  # fmt: skip
+        loss, logs = result.loss, dict(result.statistics)
+        if self.extra_terms is not None:  # on the gathered views (simclr geometry: no hard negatives)
+            with torch.autocast(device_type=loss.device.type, enabled=False):
+                loss = loss + self.extra_terms(result.anchors, result.candidates, temperature=self.temperature)
+            if diagnostics:
+                logs.update(self.extra_terms.last_diagnostics)
         return loss, logs

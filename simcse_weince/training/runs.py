@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from simcse_weince.config import CONFIG_FILE
 from simcse_weince.safe_load import RefusedPickle, is_refused, load_tensors, refusal, refused_global
+from simcse_weince.settings import CONFIG_FILE, save_config
 
 logger = logging.getLogger(__name__)
 
@@ -482,7 +482,6 @@ class RunFolder:
 
     def claim(self, config) -> None:
         """Every input has loaded: make the folder this run's and write its config (main process)."""
-        from simcse_weince.config import save_config
 
         if self.accelerator.is_main_process:
             if not self.resume:

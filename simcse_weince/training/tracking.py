@@ -21,7 +21,7 @@ import torch
 
 from simcse_weince.precision import precision_label
 from simcse_weince.training.signals import InterruptFlag
-from simcse_weince.weince import DIAGNOSTIC_KEYS
+from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Modules: :mod:`.backbones` (ResNet-18/50, ViT-Small, projection head), :mod:`.augment` (SimCLR views),
 :mod:`.datasets` (CIFAR-10/100, STL-10, ImageNet-32, Tiny-ImageNet, FakeData, scikit-learn digits),
-:mod:`.config` (its settings), :mod:`.train` (the Accelerate loop, on :mod:`simcse_weince.training`),
+:mod:`.config` (its settings), :mod:`.trainer` (the Accelerate loop, on :mod:`simcse_weince.training`),
 :mod:`.evaluate` (linear probe, kNN), :mod:`.extra_terms` (the authors' optional top-M terms), :mod:`.cli`
 (``simcse-weince vision``). Needs the ``vision`` extra (torchvision).
 
@@ -23,8 +23,8 @@ _EXPORTS = {
     "load_image_dataset": "datasets",
     "DATASETS": "datasets",
     "VisionTrainConfig": "config",
-    "train": "train",
-    "load_pretrained": "train",
+    "train": "trainer",
+    "load_pretrained": "trainer",
     "TopMExtraTerms": "extra_terms",
     "ExtraTermsConfig": "extra_terms",
     "LinearProbeConfig": "evaluate",
@@ -33,6 +33,8 @@ _EXPORTS = {
     "evaluate_checkpoint": "evaluate",
     "evaluate_model": "evaluate",
     "results_markdown": "evaluate",
+    "VISION_VARIANTS": "cells",
+    "VISION_CELLS": "cells",
 }
 
 __all__ = list(_EXPORTS)

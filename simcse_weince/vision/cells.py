@@ -1,5 +1,8 @@
 """The vision cells of a comparison (``simcse-weince vision compare``): a ``vision train`` run per cell, then the
-frozen-feature evaluation of its last checkpoint (kNN, linear probe)."""
+frozen-feature evaluation of its last checkpoint (kNN, linear probe).
+
+:data:`VISION_CELLS` is what :func:`~simcse_weince.compare.compare` is given (``kind=VISION_CELLS``) for a
+:class:`~simcse_weince.vision.config.VisionTrainConfig`; :data:`VISION_VARIANTS` are its built-in variants."""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ import logging
 import time
 from pathlib import Path
 
-from simcse_weince.compare.cells import CellState, Task, check_cell, write_results
+from simcse_weince.compare.cells import CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import versions
+from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -18,6 +22,15 @@ VISION_METRIC_LABELS = {"knn@20": "kNN@20", "knn@1": "kNN@1", "linear_probe": "l
 
 #: the k of the vision cells' kNN evaluation (the compared ones and k=5, for the record)
 VISION_KNN_KS = (1, 5, 20)
+
+
+#: the vision variants shipped (``simcse-weince vision compare``); ``untrained`` trains 0 epochs: the seed's init
+VISION_VARIANTS: dict[str, dict] = {
+    "infonce": {"loss": "infonce"},
+    "weince": {"loss": "weince"},
+    "weince-reference": {"loss": "weince", "weince.beta": 1.0},
+    "untrained": {"num_epochs": 0},
+}
 
 
 def vision_data_fingerprint(config, *, download: bool = True) -> None:
@@ -34,14 +47,15 @@ def run_vision_cell(config, state: CellState | None = None) -> dict:
     :data:`VISION_KNN_KS`, linear probe over 3 probe seeds). It is written last, atomically: a cell killed during
     its evaluation resumes at its final checkpoint and only evaluates again.
     """
-    state = state or check_cell(config, VISION_TASK)
+    state = state or check_cell(config, VISION_CELLS)
     folder = Path(config.output_dir)
     results = state.results
     if results is not None:
         return results
+    # torch and torchvision: this module is read by --help
     from simcse_weince.training.runs import read_trainer_state
     from simcse_weince.vision.evaluate import evaluate_checkpoint
-    from simcse_weince.vision.train import train
+    from simcse_weince.vision.trainer import train
 
     if state.started:
         logger.info("%s was interrupted; resuming it", folder)
@@ -75,6 +89,17 @@ def vision_run_metrics(results: dict) -> dict:
     }
 
 
-#: what a vision cell runs and which of its numbers are compared
-VISION_TASK = Task("vision", run_vision_cell, vision_run_metrics, VISION_METRIC_LABELS, ("knn@20", "linear_probe"),
-                   None, vision_data_fingerprint)  # fmt: skip
+#: the vision cells: a VisionTrainConfig (earlier releases' setting names read too), its variants, what a cell
+#: runs and which of its numbers are compared
+VISION_CELLS = CellKind(
+    name="vision",
+    config_class=VisionTrainConfig,
+    variants=VISION_VARIANTS,
+    aliases=DEPRECATED_NAMES,
+    run_cell=run_vision_cell,
+    read_metrics=vision_run_metrics,
+    metric_labels=VISION_METRIC_LABELS,
+    deltas=("knn@20", "linear_probe"),
+    dev_curve=None,
+    data_fingerprint=vision_data_fingerprint,
+)

@@ -40,13 +40,13 @@ def register(subparsers) -> None:
         epilog=TRAIN_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from simcse_weince.config import add_run_flags
+    from simcse_weince.settings import add_run_flags
 
     run = add_run_flags(train)
     run.add_argument(
         "--no-download", dest="set:download", action="store_const", const="false", help="same as --download false"
     )
-    from simcse_weince.config import add_config_flags
+    from simcse_weince.settings import add_config_flags
     from simcse_weince.vision.config import DEPRECATED_NAMES, FIELD_CHOICES, VisionTrainConfig
 
     add_config_flags(train, VisionTrainConfig, "training settings", DEPRECATED_NAMES, FIELD_CHOICES)
@@ -72,7 +72,7 @@ def register(subparsers) -> None:
 
 def build_config(args):
     """The resolved VisionTrainConfig: defaults (or the saved run, with --resume) < --config FILE < flags."""
-    from simcse_weince.config import resolve_config
+    from simcse_weince.settings import resolve_config
     from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
     return resolve_config(VisionTrainConfig(), args, DEPRECATED_NAMES)
@@ -86,7 +86,7 @@ def run_train(args) -> int:
         print(yaml.safe_dump(config.to_dict(), sort_keys=False), end="")
         return 0
     from simcse_weince.training.timing import format_time_parts
-    from simcse_weince.vision.train import train
+    from simcse_weince.vision.trainer import train
 
     result = train(config, resume=args.resume, overwrite=args.overwrite)
     print(f"trained {result['step']} steps, wall time {format_time_parts(result)}; checkpoint: {result['checkpoint']}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from simcse_weince.config import LOSSES, REPORT_TO
 from simcse_weince.precision import MIXED_PRECISION
-from simcse_weince.weince_config import WeinceConfig
+from simcse_weince.settings import LOSSES, REPORT_TO, apply_overrides
+from simcse_weince.validation import check_field_types
+from simcse_weince.weince.config import WeinceConfig
 
 # Kept equal to datasets.DATASETS / backbones.BACKBONES (a test checks it): the config checks names without torch.
 DATASET_CHOICES = ("cifar10", "cifar100", "stl10", "imagenet32", "tiny_imagenet", "fake", "digits")
@@ -78,7 +79,6 @@ class VisionTrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        from simcse_weince.validation import check_field_types
 
         check_field_types(self)  # num_epochs="10" -> TypeError naming the field
         for name in ("loss", "dataset", "backbone", "stem", "mixed_precision"):
@@ -126,6 +126,5 @@ class VisionTrainConfig:
     @classmethod
     def from_dict(cls, values: dict) -> VisionTrainConfig:
         """A config from saved settings, reading the names of earlier releases too."""
-        from simcse_weince.config import apply_overrides
 
         return apply_overrides(cls(), dict(values), DEPRECATED_NAMES)

@@ -24,6 +24,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from simcse_weince.training.runs import read_trainer_state
+from simcse_weince.vision.augment import evaluation_transform
+from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
+from simcse_weince.vision.trainer import load_pretrained, resolve_checkpoint
+
 KNN_KS = (1, 2, 5, 10, 20, 50)
 
 
@@ -272,8 +277,6 @@ def evaluate_model(
     ``linear_accuracy`` (mean, ci95_low, ci95_high, std, values, selected), ``knn_accuracy`` and ``recall_at_k``
     (keyed by k as strings) and the settings.
     """
-    from simcse_weince.vision.augment import evaluation_transform
-    from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
 
     spec = dataset_spec(dataset)
     transform = evaluation_transform(image_size, mean=spec.mean, std=spec.std)
@@ -326,9 +329,6 @@ def evaluate_checkpoint(
     arguments go to :func:`evaluate_model`. Adds ``checkpoint``, ``backbone``, ``loss``, ``pretraining_dataset``
     and ``step`` to its results.
     """
-    from simcse_weince.training.runs import read_trainer_state
-    from simcse_weince.vision.datasets import dataset_spec
-    from simcse_weince.vision.train import load_pretrained, resolve_checkpoint
 
     checkpoint = resolve_checkpoint(checkpoint)
     model, config = load_pretrained(checkpoint, device=device)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from simcse_weince.text.fast_path.onednn_linear import linear
+
 
 def supports_unpadded(encoder: nn.Module) -> bool:
     """True for a Hugging Face ``BertModel`` this forward reproduces: an encoder (no decoder, no cross-attention)
@@ -76,8 +78,6 @@ def unpadded_bert_forward(
     from transformers import masking_utils
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.models.bert.modeling_bert import eager_attention_forward
-
-    from simcse_weince.text.fast_path.onednn_linear import linear
 
     def dense(layer: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
         return linear(layer, tokens, onednn=onednn_linear)

@@ -22,11 +22,16 @@ from pathlib import Path
 import torch
 
 from simcse_weince.safe_load import load_tensors
+from simcse_weince.settings import load_config
 from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
+from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS, CONFIG_FILE, TRAINER_STATE, latest_checkpoint, read_trainer_state
-from simcse_weince.vision.config import VisionTrainConfig
+from simcse_weince.vision.augment import TwoViews, simclr_augmentation
+from simcse_weince.vision.backbones import SimCLRModel
+from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
+from simcse_weince.vision.extra_terms import TopMExtraTerms
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +51,10 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
     return run_training(config, VisionTask(config), resume=resume, overwrite=overwrite)
 
 
-class VisionTask:
+class VisionTask(TrainingTask):
     """SimCLR pretraining as a :class:`TrainingTask` of :func:`~simcse_weince.training.loop.run_training`: no
-    evaluation during training, and the last step's checkpoint is the result (``vision eval`` reads it)."""
+    evaluation during training (linear probe and kNN of the frozen features are ``vision eval``), and the last
+    step's checkpoint is the result (``vision eval`` reads it)."""
 
     def __init__(self, config: VisionTrainConfig):
         self.config = config
@@ -64,9 +70,6 @@ class VisionTask:
             raise ValueError(f"batch_size {config.batch_size} must divide over {processes} processes")
 
     def build(self, run: TrainingRun):
-        from simcse_weince.vision.augment import TwoViews, simclr_augmentation
-        from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
-        from simcse_weince.vision.extra_terms import TopMExtraTerms
 
         config, accelerator = self.config, run.accelerator
         # data: two SimCLR views per image; incomplete last batches dropped
@@ -96,16 +99,13 @@ class VisionTask:
         self.steps_per_epoch = len(self.dataset) // config.batch_size  # the incomplete last batch is dropped
         return self.model, min(config.num_epochs * self.steps_per_epoch, config.max_steps or math.inf)
 
-    def initial_state(self) -> dict:
-        return {"epoch": 0}
-
     def options(self) -> LoopOptions:
         config = self.config
         return LoopOptions(
             project="simcse-weince-vision", progress_desc=f"{config.loss} {config.dataset}", unit="img",
-            items_per_step=config.batch_size, logging_steps=config.logging_steps, log_last_step=True,
-            unlogged=("epoch",), save_steps=config.save_steps or self.steps_per_epoch,
-            save_total_limit=config.save_total_limit, keep_last_checkpoint=True, state_keys=("epoch",),
+            items_per_step=config.batch_size, logging_steps=config.logging_steps,
+            save_steps=config.save_steps or self.steps_per_epoch, save_total_limit=config.save_total_limit,
+            keep_last_checkpoint=True,
         )  # fmt: skip
 
     def loader(self, run: TrainingRun):
@@ -119,9 +119,6 @@ class VisionTask:
         return DataLoader(
             self.dataset, batch_sampler=sampler, num_workers=self.config.num_workers, generator=torch.Generator()
         )
-
-    def before_training(self, run: TrainingRun) -> None:
-        pass
 
     def describe(self, run: TrainingRun) -> str:
         config = self.config
@@ -144,9 +141,6 @@ class VisionTask:
         entry.update({name: float(value) for name, value in diagnostics.items()})
         return entry
 
-    def evaluate(self, step: int, write) -> None:
-        pass  # linear / kNN evaluation of the frozen features is its own command (vision eval)
-
     def export(self, run: TrainingRun) -> dict:
         # the vision trainer evaluates and exports nothing (`vision eval` does)
         times = run.timer.report(run.state["train_seconds"], parts=("setup", "train", "checkpoint"))
@@ -157,8 +151,6 @@ class VisionTask:
 
 
 def build_model(config: VisionTrainConfig):
-    from simcse_weince.vision.backbones import SimCLRModel
-    from simcse_weince.vision.datasets import dataset_spec
 
     image_size = config.image_size or dataset_spec(config.dataset).image_size
     return SimCLRModel.build(
@@ -184,9 +176,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
 def load_pretrained(checkpoint: str | Path, device: str | torch.device = "cpu"):
     """The SimCLR model of a checkpoint (eval mode) and its :class:`VisionTrainConfig` (from the run folder)."""
     from safetensors.torch import load_file
-
-    from simcse_weince.config import load_config
-    from simcse_weince.vision.config import DEPRECATED_NAMES
 
     checkpoint = resolve_checkpoint(checkpoint)
     saved = checkpoint.parent.parent / CONFIG_FILE

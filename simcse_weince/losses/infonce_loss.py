@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.weince import WeinceConfig, infonce_loss, summarize_statistics, weince_loss
+from simcse_weince.weince.loss import WeinceConfig
 
 SIMCSE_CITATION = """
 @inproceedings{gao2021simcse,
@@ -20,6 +20,8 @@ SIMCSE_CITATION = """
 
 
 class InfoNCELoss(ColumnsLoss):
+    loss_name = "infonce"
+
     def __init__(
         self,
         model: nn.Module,
@@ -90,16 +92,6 @@ class InfoNCELoss(ColumnsLoss):
         """
         super().__init__(model, temperature, config=config, gather_across_devices=gather_across_devices)
         self.track_statistics = track_statistics
-
-    def loss_from_candidates(self, anchors: Tensor, candidates: Tensor) -> Tensor:
-        if not self.track_statistics:
-            return infonce_loss(anchors, candidates, temperature=self.temperature)
-        # WEINCE's loss at λ = 0 is InfoNCE; it also returns the statistics λ would have been computed from.
-        loss, stats = weince_loss(
-            anchors, candidates, temperature=self.temperature, config=self.config, return_stats=True, mixing_weight=0.0
-        )
-        self._last_summary = summarize_statistics(stats)
-        return loss
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "gather_across_devices": self.gather_across_devices}

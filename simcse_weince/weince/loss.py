@@ -10,7 +10,7 @@ WEINCE blends, per anchor i, the InfoNCE logit ``s_ij / tau`` with the endpoint-
 line). ``lambda = 0`` is exactly InfoNCE. The normative spec is ``docs/WEINCE.md`` of the project's shared
 folder; section numbers below refer to it.
 
-The stop-gradient side (the tail statistics and lambda, spec sections 4-5) lives in :mod:`simcse_weince.weince_tail`;
+The stop-gradient side (the tail statistics and lambda, spec sections 4-5) lives in :mod:`simcse_weince.weince.tail`;
 this module holds the similarities, the logit and the losses. Everything is vectorised over anchors (one top-k and
 two closed-form regressions per batch) and runs in float32 or float64 even when the inputs are half precision or an
 autocast region is active.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from simcse_weince.weince_config import GATES, WeinceConfig
-from simcse_weince.weince_tail import (
+from simcse_weince.weince.config import GATES, WeinceConfig
+from simcse_weince.weince.tail import (
     DIAGNOSTIC_KEYS,
     TailStatistics,
     mixing_weights,
@@ -61,7 +61,7 @@ _DEFAULT_CONFIG = WeinceConfig()
 
 
 def _autocast_off(device_type: str):
-    """A region with autocast off; a no-op context when autocast is not on (entering one costs ~10 us)."""
+    """A region with autocast off; a no-op context when autocast is not on (entering one is not free)."""
     if torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type=device_type, enabled=False)
     return contextlib.nullcontext()

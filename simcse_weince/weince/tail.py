@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simcse_weince.weince_config import WeinceConfig
+from simcse_weince.weince.config import DIAGNOSTIC_KEYS, WeinceConfig
 
 __all__ = [
     "TailStatistics",
@@ -156,9 +156,9 @@ def _aic_statistics(slopes, sse, n):
     return (log_sse.select(1, 1) - log_sse.select(1, 0)).mul_(n), slopes.select(1, 0).clamp_min(0)
 
 
-# numpy sorts and partitions 32-bit floats with vector instructions but 64-bit ones (on the CPUs measured) without:
-# partitioning a 512 x 512 float64 matrix takes ~2 ms, finding the float32 threshold and the values above it ~0.9 ms.
-# Below this many columns the float64 partition is as fast.
+# numpy sorts and partitions 32-bit floats with vector instructions but 64-bit ones (on the CPUs measured) without,
+# so a wide float64 matrix is partitioned faster through its float32 rounding; below this many columns the float64
+# partition is as fast (docs/performance.md, section 12).
 _FLOAT32_PRESELECTION_MIN_COLUMNS = 256
 
 
@@ -176,7 +176,7 @@ def _largest_by_float32(sims: torch.Tensor, k: int) -> np.ndarray | None:
     values = sims.numpy()
     rounded = values.astype(np.float32)
     num_columns = values.shape[1]
-    # a full float32 sort finds the threshold faster than a float32 partition does (measured: 0.32 vs 0.65 ms)
+    # a full float32 sort finds the threshold faster than a float32 partition does (docs/performance.md, section 12)
     kth = np.sort(rounded, axis=1)[:, num_columns - k, None]
     selected = np.compress((rounded >= kth).ravel(), values.ravel())  # row by row, so k per row in order
     if selected.size != values.shape[0] * k:
@@ -271,9 +271,6 @@ def shortfall_exponent(stats: TailStatistics, config: WeinceConfig) -> torch.Ten
     if config.beta == "estimated":
         return stats.beta_hat.clamp(config.beta_min, config.beta_max)
     return torch.full_like(stats.beta_hat, float(config.beta))
-
-
-DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
 
 
 def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.weince import WeinceConfig, check_hardness_strength, summarize_statistics, weince_loss
+from simcse_weince.weince.loss import WeinceConfig, check_hardness_strength
 
 WEINCE_CITATION = """
 @inproceedings{erol2026weince,
@@ -22,6 +22,8 @@ WEINCE_CITATION = """
 
 
 class WeinceLoss(ColumnsLoss):
+    loss_name = "weince"
+
     def __init__(
         self,
         model: nn.Module,
@@ -106,18 +108,6 @@ class WeinceLoss(ColumnsLoss):
         super().__init__(model, temperature, config=config, gather_across_devices=gather_across_devices)
         check_hardness_strength(hardness_strength)
         self.hardness_strength = float(hardness_strength)
-
-    def loss_from_candidates(self, anchors: Tensor, candidates: Tensor) -> Tensor:
-        loss, stats = weince_loss(
-            anchors,
-            candidates,
-            temperature=self.temperature,
-            config=self.config,
-            return_stats=True,
-            hardness_strength=self.hardness_strength,
-        )
-        self._last_summary = summarize_statistics(stats)
-        return loss
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

@@ -7,7 +7,13 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from simcse_weince.validation import check_field_types
+
 GATES = ("both", "rho", "aic")
+
+#: the names of the λ statistics every log and summary of a batch carries (:func:`~simcse_weince.weince.tail.
+#: summarize_statistics`), defined once; here, without torch, so that plotting a log does not import it
+DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
 
 
 @dataclass
@@ -41,7 +47,6 @@ class WeinceConfig:
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        from simcse_weince.validation import check_field_types
 
         check_field_types(self)  # quantile="0.3" -> TypeError naming the field, before any comparison
         if isinstance(self.beta, str):

@@ -25,7 +25,6 @@ Extreme-Value Corrections for InfoNCE", ICML 2026 (arXiv 2606.00262).
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -38,9 +37,10 @@ from simcse_weince.text.data import (
     load_training_data,
     resolve_train_file,
     tokenize,
-    trim_trailing_padding,
 )
 from simcse_weince.text.fast_path import build_training_forward
+from simcse_weince.text.gradcache import gradcache_forward_backward
+from simcse_weince.text.model import SimCSEModel, encode_columns
 from simcse_weince.text.results import (
     DevSelection,
     TrainingRows,
@@ -49,7 +49,7 @@ from simcse_weince.text.results import (
     not_applied_settings,
 )
 from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.loop import LoopOptions, TrainingRun, run_training
+from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS
 
@@ -73,7 +73,7 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
     return run_training(config, TextTask(config), resume=resume, overwrite=overwrite)
 
 
-class TextTask:
+class TextTask(TrainingTask):
     """Unsupervised (one column) or supervised (pairs, triplets) SimCSE as a :class:`TrainingTask` of
     :func:`~simcse_weince.training.loop.run_training`: STS-B dev selects the best step, which is exported as a
     SentenceTransformer. The last step is checkpointed before the export and dropped once it is written."""
@@ -127,10 +127,9 @@ class TextTask:
         config = self.config
         return LoopOptions(
             project="simcse-weince", progress_desc="training", unit="sent",
-            items_per_step=config.batch_size * config.gradient_accumulation_steps,
-            logging_steps=config.logging_steps, log_last_step=False, unlogged=("train_seconds",),
+            items_per_step=config.batch_size * config.gradient_accumulation_steps, logging_steps=config.logging_steps,
             save_steps=config.save_steps, save_total_limit=config.save_total_limit, keep_last_checkpoint=False,
-            eval_steps=config.eval_steps, entry_train_seconds=True,
+            eval_steps=config.eval_steps,
         )  # fmt: skip
 
     def loader(self, run: TrainingRun):
@@ -189,90 +188,26 @@ class TextTask:
         return export_results(run, self.unwrapped, self.dev, data, self.not_applied)
 
 
-def encode_columns(model, batch: dict, num_columns: int = 1) -> tuple:
-    """The embeddings of a collated batch, one tensor per column, from one forward pass.
-
-    One column is unsupervised SimCSE: every sentence twice, the two dropout masks make the positive pair. Pairs
-    and triplets are stacked column by column (:class:`~simcse_weince.text.data.PaddingCollator`) and encoded
-    together, as SimCSE encodes ``sent0``, ``sent1`` and ``hard_neg`` (dropout stays on for all of them)."""
-    if num_columns == 1:
-        return model(**batch, num_views=2)  # two dropout masks
-    return model(**batch).chunk(num_columns)
-
-
 def forward_backward(
     model, batch: dict, objective: ContrastiveObjective, accelerator, mini_batch_size=None, num_columns: int = 1
 ):
-    """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``.
-
-    Without ``mini_batch_size``: one forward over the batch (:func:`encode_columns`: two dropout views of one
-    column, or the stacked columns of pairs and triplets) and one backward. The model's training forward (length
-    chunks, unpadded layers: :mod:`simcse_weince.text.fast_path`) applies to every forward; the loss sees the same
-    embeddings.
-
-    With it, GradCache (Gao et al., 2021; the machinery of sentence-transformers' cached losses), so that only
-    ``mini_batch_size`` rows' activations are alive at a time while the loss still sees the whole batch:
-
-    1. every chunk of ``mini_batch_size`` rows is encoded (all its columns or views, one forward) without a
-       graph, and the RNG state before each forward is kept (sentence-transformers' ``RandContext``);
-    2. the loss of the whole batch is computed from those embeddings (gathered across processes as usual) and
-       back-propagated up to them through ``accelerator.backward``, which applies the fp16 loss scale and the
-       gradient-accumulation divisor to the cached embedding gradients;
-    3. every chunk is encoded again with its RNG state replayed (the same dropout masks) and the cached
-       gradients are back-propagated through it. DDP reduces once, after the last chunk.
-
-    The global RNG ends where the first pass left it (the replays run in a forked RNG), so resuming from a
-    checkpoint continues exactly.
-    """
-    if not mini_batch_size:
-        views = encode_columns(model, batch, num_columns)
-        loss, diagnostics = objective(*views)
-        accelerator.backward(loss)
-        return loss, diagnostics
-
-    from sentence_transformers.base.losses.gradcache import RandContext
-
-    rows = batch["input_ids"].shape[0] // num_columns
-
-    def row_slice(value: torch.Tensor, begin: int) -> torch.Tensor:  # rows begin.. of every column, column-major
-        columns = value.view(num_columns, rows, *value.shape[1:])
-        return columns[:, begin : begin + mini_batch_size].reshape(-1, *value.shape[1:])
-
-    # each chunk drops the padding columns it does not need (the batch is padded to its longest sentence)
-    chunks = [
-        trim_trailing_padding({name: row_slice(value, begin) for name, value in batch.items()})
-        for begin in range(0, rows, mini_batch_size)
-    ]
-    random_states, chunk_views = [], []
-    with torch.no_grad():
-        for chunk in chunks:
-            random_states.append(RandContext(*chunk.values()))
-            chunk_views.append(encode_columns(model, chunk, num_columns))
-    views = [torch.cat(column).requires_grad_() for column in zip(*chunk_views)]
+    """The loss of one contrastive batch and its gradients, accumulated into the model's ``.grad``: one forward over
+    the batch (:func:`~simcse_weince.text.model.encode_columns`: two dropout views of one column, or the stacked
+    columns of pairs and triplets) and one backward; with ``mini_batch_size``, GradCache
+    (:func:`~simcse_weince.text.gradcache.gradcache_forward_backward`: the same loss and gradients, only
+    ``mini_batch_size`` rows' activations alive at a time). The model's training forward (length chunks, unpadded
+    layers: :mod:`simcse_weince.text.fast_path`) applies to every forward. ``(loss, diagnostics)``."""
+    if mini_batch_size:
+        return gradcache_forward_backward(model, batch, objective, accelerator, mini_batch_size, num_columns)
+    views = encode_columns(model, batch, num_columns)
     loss, diagnostics = objective(*views)
     accelerator.backward(loss)
-
-    sizes = [len(chunk_view[0]) for chunk_view in chunk_views]
-    cached_gradients = list(zip(*(view.grad.split(sizes) for view in views)))  # per chunk, one per column
-    for index, (chunk, random_state, gradients) in enumerate(zip(chunks, random_states, cached_gradients)):
-        synchronize = nullcontext() if index == len(chunks) - 1 else accelerator.no_sync(model)
-        with synchronize, random_state:
-            embeddings = encode_columns(model, chunk, num_columns)
-            # the surrogate's gradient w.r.t. the embeddings is the cached gradient; float32 keeps fp16/bf16
-            # embeddings from rounding the products
-            surrogate = sum(
-                torch.dot(embedding.flatten().float(), gradient.flatten().float())
-                for embedding, gradient in zip(embeddings, gradients)
-            )
-            surrogate.backward()
-    return loss.detach(), diagnostics
+    return loss, diagnostics
 
 
 def _load_model_and_data(config: TrainConfig, train_file: Path):
     """The model (SimCSE poolers), the tokenised training rows and their columns (in role order); every input is
     checked here."""
-    from simcse_weince.text.model import SimCSEModel
-
     rows, columns, skipped = load_training_data(train_file, config.max_train_samples)
     if skipped:
         logger.info("skipped %d empty lines (no visible character) in %s", skipped, train_file)

@@ -1,0 +1,109 @@
+"""What the GradCache losses :class:`~simcse_weince.CachedWeinceLoss` and :class:`~simcse_weince.CachedInfoNCELoss`
+share: :class:`CachedColumnsLoss`, which embeds the batch a mini-batch at a time through sentence-transformers'
+``CachedLossMixin`` (the three GradCache steps and the RNG replay) and computes the loss of the whole batch with
+the wrapped :class:`~simcse_weince.WeinceLoss` / :class:`~simcse_weince.InfoNCELoss`; the option checks; the
+citation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_static_embedding_input
+from torch import Tensor, nn
+
+from simcse_weince.losses._columns import ColumnsLoss
+from simcse_weince.weince.loss import WeinceConfig
+
+GRADCACHE_CITATION = """
+@misc{gao2021scaling,
+    title={Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup},
+    author={Luyu Gao and Yunyi Zhang and Jiawei Han and Jamie Callan},
+    year={2021},
+    eprint={2101.06983},
+    archivePrefix={arXiv},
+    primaryClass={cs.LG}
+}
+"""
+
+
+def _check_mini_batch_size(mini_batch_size) -> int:
+    if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+        raise ValueError(f"mini_batch_size must be a positive integer, got {mini_batch_size!r}")
+    return mini_batch_size
+
+
+def _check_mini_batch_num_tokens(mini_batch_num_tokens) -> int | None:
+    if mini_batch_num_tokens is not None and mini_batch_num_tokens <= 0:
+        raise ValueError(f"mini_batch_num_tokens must be a positive integer or None, got {mini_batch_num_tokens!r}")
+    return mini_batch_num_tokens
+
+
+class CachedColumnsLoss(CachedLossMixin, nn.Module):
+    """GradCache around a loss of this package (what :class:`CachedWeinceLoss` and :class:`CachedInfoNCELoss`
+    share, as siblings): the batch is embedded a mini-batch at a time by sentence-transformers'
+    ``CachedLossMixin``, and the wrapped loss computes the loss of the whole batch."""
+
+    def __init__(
+        self, model: nn.Module, wrapped: Callable[[], ColumnsLoss], *, mini_batch_size: int,
+        mini_batch_num_tokens: int | None, show_progress_bar: bool,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        if has_static_embedding_input(model):
+            raise ValueError(
+                f"{type(self).__name__} cannot split the inputs of a StaticEmbedding model into mini-batches; "
+                f"use {type(self).__name__.removeprefix('Cached')} instead"
+            )
+        self.mini_batch_num_tokens = _check_mini_batch_num_tokens(mini_batch_num_tokens)
+        self.model = model
+        # The wrapped loss owns and validates the loss's hyper-parameters and computes its diagnostics.
+        self.loss = wrapped()
+        self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
+        self.show_progress_bar = show_progress_bar
+
+    @property
+    def temperature(self) -> float:
+        return self.loss.temperature
+
+    @property
+    def config(self) -> WeinceConfig:
+        return self.loss.config
+
+    @property
+    def gather_across_devices(self) -> bool:
+        return self.loss.gather_across_devices
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        sentence_features = list(sentence_features)
+        if not sentence_features:
+            raise ValueError(f"{type(self).__name__} needs at least one text column, got none")
+        if len(sentence_features) == 1:
+            # Unsupervised SimCSE: the column is embedded twice; each pass draws its own dropout masks, and the
+            # mixin keeps and replays the RNG state of every mini-batch of both passes. A shallow copy, because
+            # modules may edit a feature dict in place while embedding it.
+            sentence_features = [sentence_features[0], dict(sentence_features[0])]
+        return self.forward_cached(sentence_features, labels)
+
+    def calculate_loss(
+        self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
+    ) -> Tensor:
+        """The wrapped loss of the whole batch from the per-mini-batch embeddings (step 2 of GradCache)."""
+        embeddings = [reps_mbs[0] if len(reps_mbs) == 1 else torch.cat(reps_mbs) for reps_mbs in reps]
+        loss = self.loss.compute_loss_from_embeddings(embeddings, labels)
+        if with_backward:
+            loss.backward()
+            loss = loss.detach()
+        return loss
+
+    @property
+    def last_diagnostics(self) -> dict[str, float]:
+        """The wrapped loss's diagnostics of the last batch: mean λ, share λ > 0.5, ρ_0, mean ΔAIC, mean β̂."""
+        return self.loss.last_diagnostics
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            **self.loss.get_config_dict(),
+            "mini_batch_size": self.mini_batch_size,
+            "mini_batch_num_tokens": self.mini_batch_num_tokens,
+        }

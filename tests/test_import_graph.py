@@ -1,0 +1,182 @@
+"""The package's own modules import each other without a cycle, at module level.
+
+An import inside a function hides a cycle until the function runs; issue 38 moved them to module top (the CLI
+modules and the lazy package exports keep theirs: ``simcse-weince --help`` must not wait for torch). This test
+reads every module's top-level imports (not those inside functions or under ``TYPE_CHECKING``) and fails on a
+cycle, naming it. Importing ``a.b.c`` also runs ``a/__init__.py`` and ``a/b/__init__.py``, and ``from pkg import
+name`` runs the submodule a lazy export maps ``name`` to, so both count as edges.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "simcse_weince"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in ROOT.rglob("*.py")}
+
+
+def _lazy_exports(tree: ast.Module) -> dict[str, str]:
+    """``name -> submodule`` of a package's ``_EXPORTS = {...}`` literal (simcse_weince._lazy), if it has one."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
+            try:
+                return dict(ast.literal_eval(node.value))
+            except ValueError:
+                return {}
+    return {}
+
+
+def _top_level_imports(tree: ast.Module):
+    """The import statements that run when the module is imported: at top level, or in a top-level ``try``/``if``
+    (but not ``if TYPE_CHECKING``)."""
+    pending = list(tree.body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(node.test):
+                pending.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            pending.extend(node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body])
+
+
+def _with_parents(name: str, modules: dict) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts) + 1) if ".".join(parts[:i]) in modules]
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
+    exports = {name: _lazy_exports(tree) for name, tree in trees.items() if modules[name].name == "__init__.py"}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, tree in trees.items():
+        package = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+        for node in _top_level_imports(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative import
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [base]
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        targets.append(f"{base}.{alias.name}")
+                    elif alias.name in exports.get(base, {}):
+                        targets.append(f"{base}.{exports[base][alias.name]}")
+            for target in targets:
+                if target == PACKAGE or not target.startswith(PACKAGE + "."):
+                    continue
+                graph[name].update(t for t in _with_parents(target, modules) if t != name)
+    # a module's own parent packages run first when it is imported
+    for name in modules:
+        graph[name].update(p for p in _with_parents(name, modules) if p != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return stack[stack.index(target) :] + [target]
+            if target not in state and (found := visit(target)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def module_graph() -> dict[str, set[str]]:
+    """:func:`import_graph` without the edges from a module to its own packages: a package's ``__init__``
+    re-exporting its submodules, which run it first, is the ordinary layout, not a cycle Python trips on."""
+    graph = import_graph()
+    return {node: {t for t in targets if not node.startswith(t + ".")} for node, targets in graph.items()}
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(module_graph())
+    assert cycle is None, "import cycle among the package's modules: " + " -> ".join(cycle)
+
+
+def test_the_graph_sees_imports_and_a_planted_cycle_is_found():
+    """The walk is not vacuous: known edges are there, and a cycle added to the graph is reported."""
+    graph = module_graph()
+    assert "simcse_weince.weince" in graph["simcse_weince.losses.from_embeddings"]
+    assert "simcse_weince.losses.from_embeddings" in graph["simcse_weince.training.objective"]
+    planted = {**graph, "simcse_weince.weince": graph["simcse_weince.weince"] | {"simcse_weince.training.objective"}}
+    cycle = find_cycle(planted)
+    assert cycle is not None and "simcse_weince.training.objective" in cycle
+
+
+@pytest.mark.parametrize("folder", ["compare"])
+def test_compare_machinery_knows_no_trainer(folder):
+    """compare/'s modules (but its command-line wiring) import nothing from text/ or vision/, anywhere."""
+    for path in sorted((ROOT / folder).glob("*.py")):
+        if path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            trainers = [n for n in names if n.startswith((f"{PACKAGE}.text", f"{PACKAGE}.vision"))]
+            assert not trainers, f"{path.relative_to(ROOT.parent)} line {node.lineno} imports {trainers[0]}"
+
+
+def _documented_imports() -> list[str]:
+    """Every ``from simcse_weince... import ...`` / ``import simcse_weince...`` statement in the README's and the
+    docs' code (parenthesised ones joined)."""
+    statements = []
+    for doc in [ROOT.parent / "README.md", *sorted((ROOT.parent / "docs").glob("*.md"))]:
+        lines = doc.read_text(encoding="utf-8").splitlines()
+        index = 0
+        while index < len(lines):
+            line = lines[index].strip().removeprefix('python -c "').removeprefix(">>> ")
+            if line.startswith((f"from {PACKAGE}", f"import {PACKAGE}")):
+                statement = line.split(";")[0].split("  #")[0].rstrip(" \\")
+                while "(" in statement and ")" not in statement and index + 1 < len(lines):
+                    index += 1
+                    statement += " " + lines[index].strip()
+                statements.append(statement)
+            index += 1
+    return sorted(set(statements))
+
+
+def test_every_import_the_readme_and_docs_show_works():
+    """Renames keep every public import the README and docs show (issue 38): each one runs, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    statements = _documented_imports()
+    assert len(statements) >= 5 and any("WeinceLoss" in s for s in statements)
+    code = "\n".join(f"{s}  # noqa" for s in statements)
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, f"a documented import fails:\n{code}\n{completed.stderr[-2000:]}"
