@@ -134,9 +134,10 @@ def test_the_graph_sees_imports_and_a_planted_cycle_is_found():
     assert cycle is not None and "simcse_weince.training.objective" in cycle
 
 
-@pytest.mark.parametrize("folder", ["compare"])
-def test_compare_machinery_knows_no_trainer(folder):
-    """compare/'s modules (but its command-line wiring) import nothing from text/ or vision/, anywhere."""
+@pytest.mark.parametrize("folder", ["compare", "training", "losses", "weince"])
+def test_shared_machinery_knows_no_trainer(folder):
+    """compare/'s modules (but its command-line wiring), the shared training loop, the losses and the core import
+    nothing from text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingTask)."""
     for path in sorted((ROOT / folder).glob("*.py")):
         if path.name == "cli.py":
             continue

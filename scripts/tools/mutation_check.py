@@ -324,8 +324,8 @@ MUTATIONS = (
     ),
     Mutation(
         "vision compare: a finished cell is trained again", "simcse_weince/vision/cells.py",
-        (("    results = state.results\n    if results is not None:\n        return results\n    from simcse_weince.training.runs",  # noqa: E501
-          "    results = None\n    if results is not None:\n        return results\n    from simcse_weince.training.runs"),),  # noqa: E501
+        (("    results = state.results\n    if results is not None:\n        return results\n",
+          "    results = None\n    if results is not None:\n        return results\n"),),
         ("tests/test_compare_vision.py", "-k", "cli_runs"), "a rerun of a sweep must train only the missing cells",
     ),
     Mutation(
