@@ -6,6 +6,8 @@
 ``text/model.py``         :class:`SimCSEModel`: encoder + SimCSE pooler, export to a SentenceTransformer
 ``text/columns.py``       training files of 1-3 columns (SimCSE's and sentence-transformers' names)
 ``text/trainer.py``       :func:`train` and its task for :func:`~simcse_weince.training.loop.run_training`
+``text/gradcache.py``     the trainer's GradCache step (``mini_batch_size``)
+``text/fast_path/``       the training forward below public APIs, checked at start-up, with its fallback
 ``text/results.py``       STS-B dev selection, export, ``results.json``, the model card
 ``text/cells.py``         ``TEXT_CELLS`` (and ``TEXT_VARIANTS``): a cell of ``simcse-weince compare``
 ``text/cli.py``           ``simcse-weince train`` and ``push``
