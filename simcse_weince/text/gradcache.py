@@ -33,7 +33,6 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 import torch
-from sentence_transformers.base.losses.gradcache import RandContext
 
 from simcse_weince.text.data import trim_trailing_padding
 from simcse_weince.text.model import encode_columns
@@ -58,6 +57,10 @@ def gradcache_forward_backward(model, batch: dict, objective, accelerator, mini_
     """The loss of one contrastive batch and its gradients (accumulated into the model's ``.grad``), computed a
     chunk of ``mini_batch_size`` rows at a time: the same loss and gradients as one forward and backward over the
     batch. ``(detached loss, diagnostics)``."""
+    # on first use: importing sentence-transformers costs the trainer's start-up seconds (`python -X importtime`),
+    # and a run without mini_batch_size never needs it
+    from sentence_transformers.base.losses.gradcache import RandContext
+
     chunks = row_chunks(batch, num_columns, mini_batch_size)
     random_states, chunk_views = [], []
     with torch.no_grad():
