@@ -181,3 +181,16 @@ def test_every_import_the_readme_and_docs_show_works():
     code = "\n".join(f"{s}  # noqa" for s in statements)
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, f"a documented import fails:\n{code}\n{completed.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("module", ["simcse_weince.text.trainer", "simcse_weince.vision.trainer"])
+def test_the_trainers_start_without_sentence_transformers(module):
+    """Importing a trainer does not import sentence-transformers (seconds of start-up): the GradCache step and the
+    export import it where they run. Issue 38's move of GradCache once put that import at module top."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print('sentence_transformers' in sys.modules)"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "False", f"{module} imports sentence-transformers at start-up"

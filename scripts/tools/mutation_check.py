@@ -540,6 +540,11 @@ MUTATIONS = (
         ("tests/test_evaluation.py", "-k", "input_order_across"), "our own batches must be put back in input order",
     ),
     Mutation(
+        "start-up: the text trainer imports sentence-transformers", GRADCACHE,
+        (("import torch\n", "import torch\nfrom sentence_transformers.base.losses.gradcache import RandContext\n"),),
+        ("tests/test_import_graph.py", "-k", "sentence_transformers"), "issue 38's move did it: seconds per run",
+    ),
+    Mutation(
         "WeinceLoss drops its hardness_strength before the core", "simcse_weince/losses/weince_loss.py",
         (("        self.hardness_strength = float(hardness_strength)\n", "        self.hardness_strength = 0.0\n"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
