@@ -57,8 +57,10 @@ def test_compiled_training_equals_eager_and_exports_the_same_names(tiny_model, t
     eager_weights = load_file(str(eager_dir / "model.safetensors"))
     compiled_weights = load_file(str(compiled_dir / "model.safetensors"))
     assert set(compiled_weights) == set(eager_weights) and not any("_orig_mod" in name for name in compiled_weights)
+    # Adam moves each element by about the learning rate a step whatever its gradient's size, so an element whose
+    # gradient is at rounding level may differ by a fraction of it (one in ~10^6 did by 1.3e-4 on a Xeon with AMX)
     for name, value in eager_weights.items():
-        torch.testing.assert_close(compiled_weights[name], value, atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(compiled_weights[name], value, atol=config.learning_rate, rtol=1e-3)
 
     def checkpoint_names(run_dir) -> set[str]:
         files = sorted(run_dir.glob("checkpoints/*/*.safetensors"))

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from train_helpers import REPO_ROOT, make_tiny_model, subprocess_env
 
 
@@ -47,6 +48,7 @@ def test_device_check_cpu_dry_run_writes_one_passing_json(tmp_path):
         "cached_rng_replay",
         "loss_timing",
         "trainer_step",
+        "flop_utilisation",
     }
     assert checks["cached_rng_replay"]["second_pass_bitwise_equal"] is True
     assert checks["cached_rng_replay"]["dropout_views_differ"] is True
@@ -54,6 +56,12 @@ def test_device_check_cpu_dry_run_writes_one_passing_json(tmp_path):
     assert "skipped" in checks["autocast_fp16"]
     assert {"simclr 2x256x128", "simcse 512x512x768"} <= set(checks["loss_timing"])
     assert checks["trainer_step"]["no"]["ok"] and checks["trainer_step"]["bf16"]["ok"]
+    utilisation = checks["flop_utilisation"]
+    assert utilisation["ok"] and 0 < utilisation["fp32"]["mfu"] < 1
+    assert utilisation["fp32"]["training_forward"] == "fast"
+    assert utilisation["fp32"]["achieved_tflops"] == pytest.approx(
+        utilisation["model_gflop_per_step"] / 1e3 / (utilisation["fp32"]["step_ms"] / 1e3)
+    )
 
 
 def test_device_check_refuses_to_run_without_a_gpu_unless_dry(tmp_path):

@@ -13,7 +13,8 @@ from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
-from simcse_weince.text.config import preset
+from simcse_weince.settings import apply_overrides
+from simcse_weince.text.config import TrainConfig, preset, resolve_eval_bf16
 from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.trainer import train
 
@@ -146,18 +147,42 @@ def test_the_default_trains_in_the_native_precision_and_says_so(tiny_model, trai
     assert json.loads((tmp_path / "auto" / "results.json").read_text())["mixed_precision"] == used
     expected = torch.bfloat16 if used == "bf16" else torch.float32
     assert dtypes.training == {expected}
-    assert dtypes.evaluation == {torch.float32}  # evaluation stays fp32: SentEval's digits
+    # eval_bf16 auto: evaluation follows a bf16 run on the CPU (a task moves by <= 0.01), else stays fp32
+    assert dtypes.evaluation == {expected}
+    assert results["evaluation_precision"] == label_of(expected)
     label = precision.precision_label(used)
     assert f"{label} (mixed precision auto)" in caplog.text
     card = (tmp_path / "auto" / "README.md").read_text()
     assert f"precision `{label}` (chosen by `--mixed-precision auto`)" in card
 
 
+def label_of(dtype) -> str:
+    return "bf16" if dtype == torch.bfloat16 else "fp32"
+
+
+def test_eval_bf16_auto_follows_a_bf16_run_on_the_cpu_only():
+    assert resolve_eval_bf16("auto", "bf16", "cpu") is True
+    assert resolve_eval_bf16("auto", "no", "cpu") is False
+    assert resolve_eval_bf16("auto", "bf16", "cuda") is False  # a GPU evaluates in fp32, where it costs little
+    assert resolve_eval_bf16("auto", "fp16", "cuda") is False
+    assert resolve_eval_bf16(False, "bf16", "cpu") is False and resolve_eval_bf16(True, "no", "cuda") is True
+    with pytest.raises(ValueError, match="eval_bf16"):
+        apply_overrides(TrainConfig(), {"eval_bf16": "sometimes"})
+
+
+@pytest.mark.skipif(resolve_mixed_precision("auto", "cpu") != "bf16", reason="needs a CPU with native bf16")
+def test_a_bf16_run_evaluates_in_fp32_when_asked(tiny_model, train_file, tmp_path, monkeypatch):
+    results, dtypes = _run(tiny_model, train_file, tmp_path / "bf16-fp32", monkeypatch, eval_bf16=False)
+    assert dtypes.training == {torch.bfloat16} and dtypes.evaluation == {torch.float32}
+    assert results["evaluation_precision"] == "fp32"
+
+
 def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_file, tmp_path, monkeypatch):
     results, dtypes = _run(tiny_model, train_file, tmp_path / "fp32", monkeypatch, mixed_precision="no")
     assert results["mixed_precision"] == "no" and results["evaluation_precision"] == "fp32"
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.float32}
-    assert "precision `fp32`" in (tmp_path / "fp32" / "README.md").read_text()
+    card = (tmp_path / "fp32" / "README.md").read_text()
+    assert "precision `fp32`" in card and "bf16 autocast" not in card
     # fp32 steps of the unpadded forward: oneDNN's linear layers where auto says so (AMD CPUs)
     assert results["unpadded_layers"] and results["onednn_linear"] is resolve_onednn_linear("auto", "cpu")
 
@@ -172,3 +197,4 @@ def test_no_trains_in_fp32_and_eval_bf16_evaluates_in_bf16(tiny_model, train_fil
     )
     assert results["evaluation_precision"] == "bf16" and results["onednn_linear"] is False  # turned off
     assert dtypes.training == {torch.float32} and dtypes.evaluation == {torch.bfloat16}
+    assert "encoded under bf16 autocast" in (tmp_path / "eval-bf16" / "README.md").read_text()  # the card says so

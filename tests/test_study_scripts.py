@@ -159,3 +159,32 @@ def test_hardness_mechanism_gradients_are_the_trainers_and_mass_adds_up(monkeypa
     monkeypatch.setattr(mechanism, "weince_logits", lambda sims, *rest: original(sims, *rest) * 1.01)
     with pytest.raises(RuntimeError, match="the trainer's"):  # a loss written wrongly on S is caught
         mechanism.similarity_gradients(anchors, positives, loss="weince", temperature=0.05, hardness_strength=0)
+
+
+def test_hardness_study_analysis_table_and_figure(tmp_path):
+    """Study 3's analysis on made-up runs with known differences: ours beats the peer by +0.3 on three settings and
+    by nothing on the fourth, so the pooled rule holds; the table and the cross-setting figure are written."""
+    import hardness_study
+
+    def runs(ours_over_peer):
+        def score(variant, seed):
+            base = 80.0 + 0.1 * seed
+            return base + {"infonce": 0.0, "weince": 0.1, "infonce-hardness": 0.4}.get(variant, 0.4 + ours_over_peer)
+
+        return [{"variant": v, "seed": s, "stsb_test": score(v, s) + (0.01 * s if v == "weince-hardness" else 0)}
+                for v in hardness_study.STUDY_VARIANTS for s in (21, 22, 23, 24, 25)]  # fmt: skip
+
+    by_setting = {name: runs(0.3 if name != "sick-pairs" else -0.23) for name in hardness_study.SETTINGS}
+    analysis = {**hardness_study.analyse(by_setting), "alpha": {"infonce-hardness": 9, "weince-hardness": 18}}
+    primary = analysis["per_setting"]["cpu-cls"]["weince-hardness - infonce-hardness"]
+    assert primary["mean"] == pytest.approx(0.3 + 0.23) and primary["wins"] == 5 and primary["decision"] == "beats"
+    assert analysis["per_setting"]["sick-pairs"]["weince-hardness - infonce-hardness"]["mean"] == pytest.approx(0.0)
+    assert analysis["pooled"] == {"wins": 3, "losses": 0, "settings": 4, "holds": True}
+    text = hardness_study.format_markdown(analysis)
+    assert "| `weince-hardness` − `infonce-hardness` | +0.53 [" in text and "**holds**" in text
+    assert "- `weince` − `infonce`: cpu-cls: beats; stsb-sentences: beats" in text
+    hardness_study.plot(analysis, tmp_path / "hardness.png")
+    assert (tmp_path / "hardness.png").read_bytes()[:4] == b"\x89PNG"
+    # three settings only: the pooled rule cannot hold, whatever they show
+    partial = hardness_study.analyse({name: by_setting[name] for name in hardness_study.SETTINGS[:3]})
+    assert partial["pooled"]["holds"] is False

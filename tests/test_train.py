@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_helpers import make_tiny_model, write_train_file
+from train_helpers import folder_score, make_tiny_model, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 from simcse_weince.settings import apply_overrides, read_config_file
@@ -294,8 +294,6 @@ def tiny_run(tmp_path_factory, tiny_model, train_file):
 def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, data_dir):
     from sentence_transformers import SentenceTransformer
 
-    from simcse_weince.evaluation import stsb_spearman
-
     config, results = tiny_run
     output_dir = Path(config.output_dir)
     on_disk = json.loads((output_dir / "results.json").read_text())
@@ -343,9 +341,7 @@ def test_end_to_end_run_writes_a_sentence_transformer_and_its_results(tiny_run, 
     # the folder is a SentenceTransformer with the evaluation pooler (CLS without the MLP head)
     model = SentenceTransformer(str(output_dir), device="cpu")
     assert model[1].get_config_dict()["pooling_mode"] == "cls"
-    assert stsb_spearman(model, split="test", data_dir=data_dir) == pytest.approx(
-        results["stsb_test_spearman"], abs=1e-6
-    )
+    assert folder_score(model, results, "test", data_dir) == pytest.approx(results["stsb_test_spearman"], abs=1e-6)
     # resolved config, trackers, model card
     assert yaml.safe_load((output_dir / "training_config.yaml").read_text())["batch_size"] == 16
     with (output_dir / "logs" / "metrics.csv").open() as handle:
@@ -493,7 +489,14 @@ def test_the_best_dev_step_is_the_one_exported(tmp_path, tiny_model, train_file,
 
     monkeypatch.setattr(results_module, "stsb_spearman", scripted_dev_score)  # where the dev selection looks it up
     config = tiny_config(
-        tiny_model, train_file, tmp_path / "run", max_steps=3, eval_steps=1, save_steps=0, final_evaluation=False
+        tiny_model,
+        train_file,
+        tmp_path / "run",
+        max_steps=3,
+        eval_steps=1,
+        save_steps=0,
+        final_evaluation=False,
+        eval_bf16=False,  # fp32 probes: the exported weights must embed them exactly as during training
     )
     results = train(config)
     assert [e["stsb_dev_spearman"] for e in results["evaluations"]] == [5.0, 9.0, 3.0]

@@ -83,6 +83,9 @@ def test_ctrl_c_saves_a_checkpoint_and_sigkill_resumes_exactly(setup):
     assert len(losses) == STEPS
     assert losses == pytest.approx([entry["loss"] for entry in reference["history"]], abs=1e-5)
     assert resumed["best_step"] == reference["best_step"]
+    # the model FLOPs of every step, across the three sessions, are the uninterrupted run's
+    assert [entry["model_flops"] for entry in resumed["history"]] == [e["model_flops"] for e in reference["history"]]
+    assert "mfu" in resumed and 0 < resumed["mfu"] < 1
     assert resumed["stsb_test_spearman"] == pytest.approx(reference["stsb_test_spearman"], abs=0.05)
     assert resumed["stsb_dev_spearman"] == pytest.approx(reference["stsb_dev_spearman"], abs=0.05)
     # the CSV log holds each step once, although the killed run had logged past its checkpoint

@@ -124,3 +124,15 @@ def tree_digest(folder: Path) -> str:
         if path.is_file():
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def folder_score(model, results: dict, split: str, data_dir: Path) -> float:
+    """STS-B ``split`` of an exported folder as a user reproduces the run's own number: the run's evaluation batch
+    size, under bf16 autocast when ``results.json`` says the run evaluated in bf16 (``eval_bf16``)."""
+    import torch
+
+    from simcse_weince.evaluation import stsb_spearman
+
+    bf16 = results["evaluation_precision"] == "bf16"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return stsb_spearman(model, split=split, data_dir=data_dir, batch_size=results["config"]["eval_batch_size"])

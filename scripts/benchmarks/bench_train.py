@@ -25,6 +25,13 @@ and prints, as medians over rounds of the per-round ratios: ours vs sentence-tra
 of the oneDNN linear layers alone (fp32), of bf16 alone, and out of the box against out of the box (our default
 ``--mixed-precision auto`` against sentence-transformers' default fp32).
 
+**FLOP utilisation.** Each configuration's model FLOPs are counted from the model's configuration and the *real*
+tokens of each timed step (``simcse_weince/training/flops.py``: the same count for both trainers, whatever they
+pad), and divided by its time: the achieved FLOP/s, printed with its fraction of this machine's matmul peak at the
+same precision (a 2048 x 2048 GEMM, ``torch.mm``, at the same thread count, measured in every round; the best
+round is the peak). Before the rounds, the formula is checked against ``torch.utils.flop_counter`` on one step of
+the stock forward and backward (eager attention, padded to the longest sentence).
+
 Usage::
 
     python scripts/benchmarks/bench_train.py --steps 10 --rounds 3     # about 15 minutes on 2 CPU cores
@@ -52,6 +59,36 @@ def steady_rate(step_end_times: list[float], warmup: int, batch_size: int) -> fl
     return timed_steps * batch_size / (step_end_times[-1] - step_end_times[warmup - 1])
 
 
+def steady_flops(step_end_times: list[float], cumulative_flops: list[float], warmup: int) -> float:
+    """Model FLOP/s between the end of warm-up step ``warmup`` and the last step (cumulative counts per step)."""
+    return (cumulative_flops[-1] - cumulative_flops[warmup - 1]) / (step_end_times[-1] - step_end_times[warmup - 1])
+
+
+def check_flop_formula(model_path: str, sentences: list[str], max_length: int) -> str:
+    """The formula against ``torch.utils.flop_counter`` on one forward and backward of the stock encoder (eager
+    attention: flash attention's backward recomputes the scores, FLOPs the model count leaves out) over one batch
+    padded to its longest sentence; and how much of that batch is padding."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoModel, AutoTokenizer
+
+    from simcse_weince.training.flops import encoder_training_flops
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    encoder = AutoModel.from_pretrained(model_path, attn_implementation="eager", add_pooling_layer=False)
+    batch = tokenizer(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+    with FlopCounterMode(display=False) as counter:
+        encoder(**batch).last_hidden_state.sum().backward()
+    rows, padded_length = batch["input_ids"].shape
+    formula = encoder_training_flops(encoder.config, [padded_length] * rows)
+    real = encoder_training_flops(encoder.config, batch["attention_mask"].sum(dim=1).tolist())
+    return (
+        f"FLOP formula check ({rows} sentences padded to {padded_length}, stock forward + backward): formula "
+        f"{formula / 1e9:.3f} GFLOP, torch.utils.flop_counter {counter.get_total_flops() / 1e9:.3f} GFLOP "
+        f"(ratio {counter.get_total_flops() / formula:.6f}); on the real tokens only {real / 1e9:.3f} GFLOP "
+        f"({100 * real / formula:.1f}% of the padded batch's)"
+    )
+
+
 def training_sentences(args, parser: argparse.ArgumentParser) -> list[str]:
     """The first ``(warmup + steps) x batch_size`` non-empty lines of wiki1m_head.txt; a parser error if short."""
     from simcse_weince.paths import resolve_data_dir
@@ -74,7 +111,7 @@ def run_ours(
     compile=False,
     unpadded_layers=True,
     onednn_linear="auto",
-) -> float:
+) -> tuple[float, float]:
     from simcse_weince.text.config import preset
     from simcse_weince.text.trainer import train
 
@@ -101,11 +138,15 @@ def run_ours(
         output_dir=str(workdir / "ours"),
     )
     results = train(config, overwrite=True)
-    # history holds the cumulative training time after each step
-    return steady_rate([entry["train_seconds"] for entry in results["history"]], args.warmup, args.batch_size)
+    # history holds the cumulative training time and model FLOPs after each step
+    times = [entry["train_seconds"] for entry in results["history"]]
+    flops = [entry["model_flops"] for entry in results["history"]]
+    return steady_rate(times, args.warmup, args.batch_size), steady_flops(times, flops, args.warmup)
 
 
-def run_sentence_transformers(model_path: str, sentences: list[str], args, workdir: Path, bf16: bool) -> float:
+def run_sentence_transformers(
+    model_path: str, sentences: list[str], args, workdir: Path, bf16: bool
+) -> tuple[float, float]:
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -115,15 +156,28 @@ def run_sentence_transformers(model_path: str, sentences: list[str], args, workd
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from transformers import TrainerCallback
 
-    class StepTimes(TrainerCallback):
-        def __init__(self):
-            self.times = []
-
-        def on_step_end(self, *unused, **kwargs):
-            self.times.append(time.perf_counter())
+    from simcse_weince.training.flops import encoder_training_flops
 
     model = SentenceTransformer(model_path, device="cpu")
     model.max_seq_length = args.max_length
+    transformer = model[0]
+    counted = [0]  # model FLOPs of the forwards so far (each of MNRL's two columns is one forward)
+
+    def count_tokens(module, inputs, kwargs):
+        features = inputs[0] if inputs else kwargs["features"]
+        lengths = features["attention_mask"].sum(dim=1).tolist()
+        counted[0] += encoder_training_flops(transformer.auto_model.config, lengths)
+
+    transformer.register_forward_pre_hook(count_tokens, with_kwargs=True)
+
+    class StepTimes(TrainerCallback):
+        def __init__(self):
+            self.times, self.flops = [], []
+
+        def on_step_end(self, *unused, **kwargs):
+            self.times.append(time.perf_counter())
+            self.flops.append(counted[0])
+
     dataset = Dataset.from_dict({"anchor": sentences, "positive": sentences})
     training_args = SentenceTransformerTrainingArguments(
         output_dir=str(workdir / "st"),
@@ -152,7 +206,7 @@ def run_sentence_transformers(model_path: str, sentences: list[str], args, workd
         callbacks=[timer],
     )
     trainer.train()
-    return steady_rate(timer.times, args.warmup, args.batch_size)
+    return steady_rate(timer.times, args.warmup, args.batch_size), steady_flops(timer.times, timer.flops, args.warmup)
 
 
 def main() -> None:
@@ -242,7 +296,13 @@ def main() -> None:
         if unknown:
             parser.error(f"--configs: unknown or skipped {unknown}; choose from {list(runs)}")
         runs = {name: runs[name] for name in wanted}
+    print(check_flop_formula(model_path, sentences[: args.batch_size], args.max_length))
+    from simcse_weince.training.flops import matmul_peak_flops
+
+    precisions = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if any("bf16" in name for name in runs) else {})}
     rates: dict[str, list[float]] = {name: [] for name in runs}
+    flop_rates: dict[str, list[float]] = {name: [] for name in runs}
+    peaks: dict[str, list[float]] = {precision: [] for precision in precisions}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         sentences_file = workdir / "sentences.txt"
@@ -250,12 +310,18 @@ def main() -> None:
         for round_index in range(args.rounds):
             # alternate the order, so that a drift in machine load does not favour one configuration
             order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
+            for precision, dtype in precisions.items():  # the peak at this thread count, once a round
+                peaks[precision].append(matmul_peak_flops(dtype, seconds=1.0))
             for name in order:
-                rates[name].append(runs[name]())
+                rate, flop_rate = runs[name]()
+                rates[name].append(rate)
+                flop_rates[name].append(flop_rate)
             print(
                 f"round {round_index + 1}: "
                 + ", ".join(f"{name} {rates[name][-1]:.1f}" for name in runs)
-                + " sentences/s"
+                + " sentences/s; matmul peak "
+                + ", ".join(f"{precision} {values[-1] / 1e9:.0f}" for precision, values in peaks.items())
+                + " GFLOP/s"
             )
 
     # out of the box: our default (--mixed-precision auto, default length_chunks) vs sentence-transformers' (fp32)
@@ -288,9 +354,27 @@ def main() -> None:
         ("compile alone (ours bf16, steady state)", "ours bf16 compiled", same_chunks_padded_layers, None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),
     ]
-    print(f"\nmedians over {args.rounds} interleaved rounds (sentences/s):")
+    peak = {precision: max(values) for precision, values in peaks.items()}
+    print(
+        f"\nmeasured matmul peak (best of {args.rounds} rounds, {torch.get_num_threads()} threads): "
+        + ", ".join(f"{precision} {value / 1e9:.0f} GFLOP/s" for precision, value in peak.items())
+    )
+    print(f"medians over {args.rounds} interleaved rounds: sentences/s, model GFLOP/s, FLOP utilisation (MFU)")
     for name, values in rates.items():
-        print(f"  {name:<19} {statistics.median(values):7.1f}")
+        precision = "bf16" if "bf16" in name else "fp32"
+        flops = statistics.median(flop_rates[name])
+        print(
+            f"  {name:<26} {statistics.median(values):7.1f} sent/s {flops / 1e9:7.1f} GFLOP/s "
+            f"{100 * flops / peak[precision]:5.1f}% of the {precision} peak"
+        )
+    side_by_side = [
+        f"{precision} ours {100 * statistics.median(flop_rates[f'ours {precision}']) / peak[precision]:.1f}% / "
+        f"sentence-transformers {100 * statistics.median(flop_rates[f'st {precision}']) / peak[precision]:.1f}%"
+        for precision in peak
+        if f"ours {precision}" in flop_rates and f"st {precision}" in flop_rates
+    ]
+    if side_by_side:
+        print("FLOP utilisation of the measured peak, defaults: " + "; ".join(side_by_side))
     print("ratios (median of the per-round ratios):")
     for label, numerator, denominator, goal in comparisons:
         if numerator not in rates or denominator not in rates:

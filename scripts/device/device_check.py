@@ -14,6 +14,11 @@ and accelerate only; every model is built from a ``BertConfig`` (no Hub), the to
    (device events, interleaved, median; the paper: 0.65 -> 2.11 ms on an L40S).
 5. ``trainer_step``: the trainer's ``forward_backward`` under Accelerate (plain and GradCache, bf16), then
    ``train()`` for two steps when ``datasets`` is installed.
+6. ``flop_utilisation``: the trainer's step (its checked fast forward, WEINCE, AdamW) on a randomly initialised
+   BERT-base (a 2-layer, 128-wide BERT in the CPU dry run) over 64 sentences of 12 to 32 tokens, in fp32 and bf16
+   (where native): model FLOPs
+   of the real tokens (``simcse_weince/training/flops.py``), step time, achieved FLOP/s and their fraction of the
+   device's measured matmul peak at the same precision (MFU).
 
 ``--cpu-dry-run`` runs everything that does not need a GPU on the CPU (smaller timing repeats, no fp16).
 """
@@ -323,6 +328,71 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     return result
 
 
+def check_flop_utilisation(device: str, folder: Path, cpu_dry_run: bool) -> dict:
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from simcse_weince.precision import resolve_mixed_precision
+    from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
+    from simcse_weince.text.fast_path import build_training_forward
+    from simcse_weince.text.model import SimCSEModel
+    from simcse_weince.text.trainer import forward_backward
+    from simcse_weince.training.flops import PEAK_DTYPES, encoder_training_flops, matmul_peak_flops
+    from simcse_weince.training.objective import ContrastiveObjective
+
+    class NoAccelerator:  # forward_backward's one use of the accelerator
+        @staticmethod
+        def backward(loss):
+            loss.backward()
+
+    sizes = (128, 2, 512) if cpu_dry_run else (768, 12, 3072)  # a small BERT / BERT-base
+    warmup, steps = (1, 2) if cpu_dry_run else (3, 10)
+    config = BertConfig(hidden_size=sizes[0], num_hidden_layers=sizes[1], intermediate_size=sizes[2],
+                        num_attention_heads=sizes[0] // 64, vocab_size=30522)  # fmt: skip
+    # bf16 where the device computes it natively (emulated bf16 on a CPU takes minutes a step)
+    precisions = ("no", "bf16") if resolve_mixed_precision("auto", device) == "bf16" else ("no",)
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(12, 33, (64,), generator=generator)
+    ids = torch.randint(1000, 30000, (64, 32), generator=generator)
+    mask = (torch.arange(32).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    batch = {"input_ids": (ids * mask).to(device), "attention_mask": mask.to(device)}
+    flops_per_step = encoder_training_flops(config, lengths.tolist() * 2, head=True)
+    result = {"model": dict(zip(("hidden", "layers", "feed_forward"), sizes)), "sentences": 64,
+              "real_tokens": int(lengths.sum()), "model_gflop_per_step": flops_per_step / 1e9}  # fmt: skip
+    for precision in precisions:
+        torch.manual_seed(0)
+        model = SimCSEModel(BertModel(config), AutoTokenizer.from_pretrained(str(folder)), pooler="cls").to(device)
+        model.training_forward = build_training_forward(
+            model.encoder, SpeedConfig(), length_chunks=resolve_length_chunks("auto", precision, device),
+            mixed_precision=precision, device_type=device,
+        )  # fmt: skip
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        objective = ContrastiveObjective("weince", 0.05)
+        autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16")
+        for index in range(warmup + steps):
+            if index == warmup:
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                begin = time.perf_counter()
+            with autocast:
+                forward_backward(model, batch, objective, NoAccelerator())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds = (time.perf_counter() - begin) / steps
+        peak = matmul_peak_flops(PEAK_DTYPES[precision], device, seconds=1.0)
+        achieved = flops_per_step / seconds
+        result["fp32" if precision == "no" else "bf16"] = {
+            "step_ms": 1e3 * seconds, "achieved_tflops": achieved / 1e12, "peak_tflops": peak / 1e12,
+            "mfu": achieved / peak, "training_forward": model.training_forward.report["path"],
+        }  # fmt: skip
+    if "bf16" not in precisions:
+        result["bf16"] = {"skipped": f"bf16 is not native on this {device}"}
+    result["ok"] = all(0 < entry["mfu"] < 1 for entry in (result["fp32"], result["bf16"]) if "mfu" in entry)
+    return result
+
+
 def _finite(value: float) -> bool:
     return value == value and abs(value) != float("inf")
 
@@ -368,6 +438,7 @@ def main(argv=None) -> int:
             "cached_rng_replay": lambda: check_cached_rng_replay(device, folder),
             "loss_timing": lambda: check_loss_timing(device, repeats),
             "trainer_step": lambda: check_trainer_step(device, folder, args.cpu_dry_run),
+            "flop_utilisation": lambda: check_flop_utilisation(device, folder, args.cpu_dry_run),
         }
         for name, check in checks.items():
             begin = time.perf_counter()

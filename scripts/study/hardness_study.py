@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from negatives_budget_search import cell_config  # noqa: E402
-from negatives_study import decision, differences_by_seed  # noqa: E402
+from negatives_study import decision, differences_by_seed, interval_text  # noqa: E402
 from sick_supervised_demo import build_sick_files  # noqa: E402
 
 from simcse_weince.compare import compare, paired_difference  # noqa: E402
@@ -90,6 +90,64 @@ def analyse(runs_by_setting: dict[str, list[dict]]) -> dict:
             "pooled": {"wins": wins, "losses": losses, "settings": len(per_setting), "holds": holds}}  # fmt: skip
 
 
+def format_markdown(analysis: dict) -> str:
+    """The per-setting table of every contrast and the decisions, per setting and pooled (docs/experiments.md)."""
+    settings = list(analysis["per_setting"])
+    lines = ["Paired STS-B test differences (Spearman × 100; mean [95% t-interval], wins/ties/losses over seeds; "
+             f"α: `infonce-hardness` {analysis['alpha']['infonce-hardness']}, `weince-hardness` "
+             f"{analysis['alpha']['weince-hardness']}):", "",
+             "| contrast | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]  # fmt: skip
+    for variant, baseline in CONTRASTS:
+        key = f"{variant} - {baseline}"
+        cells = [interval_text(analysis["per_setting"][s][key]) for s in settings]
+        lines.append(f"| `{variant}` − `{baseline}` | " + " | ".join(cells) + " |")
+    lines += ["", "Decisions (an interval above 0 beats, below 0 is worse):", ""]
+    for variant, baseline in CONTRASTS:
+        key = f"{variant} - {baseline}"
+        lines.append(
+            f"- `{variant}` − `{baseline}`: "
+            + "; ".join(f"{s}: {analysis['per_setting'][s][key]['decision']}" for s in settings)
+            + "."
+        )
+    pooled = analysis["pooled"]
+    lines += ["", f"Pooled rule (`{OURS}` beats `{PEER}` on at least 3 of the {len(SETTINGS)} settings and is worse on "
+              f"none): beats on {pooled['wins']}, worse on {pooled['losses']}, of {pooled['settings']} settings "
+              f"with results: **{'holds' if pooled['holds'] else 'does not hold'}**."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(analysis: dict, path: Path) -> None:
+    """The cross-setting figure: each contrast's paired STS-B test difference per setting, 95% t-intervals."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = list(analysis["per_setting"])
+    figure, axis = plt.subplots(figsize=(9, 0.9 + 0.55 * len(CONTRASTS) * len(settings) / 2))
+    labels = []
+    for index, (variant, baseline) in enumerate(CONTRASTS):
+        key = f"{variant} - {baseline}"
+        top = index * (len(settings) + 1)  # one row per setting, a blank row between contrasts
+        for offset, setting in enumerate(settings):
+            result = analysis["per_setting"][setting][key]
+            if result["mean"] is not None:
+                mean = result["mean"]
+                low, high = result["ci95"] or [mean, mean]
+                axis.errorbar(mean, top + offset, xerr=[[mean - low], [high - mean]], fmt="o", capsize=3,
+                              color=f"C{offset}", label=setting if index == 0 else None)  # fmt: skip
+        labels.append((top + (len(settings) - 1) / 2, f"{variant} − {baseline}"))
+    axis.axvline(0, color="grey", lw=0.8)
+    axis.set_yticks([y for y, _ in labels], [label for _, label in labels], fontsize=8)
+    axis.invert_yaxis()
+    axis.set_xlabel("paired Δ STS-B test (×100), mean and 95% t-interval over seeds")
+    axis.legend(fontsize=8, loc="lower right")
+    axis.set_title("Study 3: every contrast on every setting", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", default="runs/study/hardness")
@@ -121,6 +179,8 @@ def main() -> None:
         return
     analysis = {**analyse(runs_by_setting), "alpha": choice}
     (output_dir / "hardness.json").write_text(json.dumps(analysis, indent=2), encoding="utf-8")
+    (output_dir / "hardness.md").write_text(format_markdown(analysis), encoding="utf-8")
+    plot(analysis, output_dir / "hardness.png")
     for setting, contrasts in analysis["per_setting"].items():
         for key, result in contrasts.items():
             interval = result["ci95"]

@@ -95,7 +95,7 @@ def analyse(runs_by_batch: dict[int, list[dict]], study1_runs: list[dict] | None
             "pooled_batch_64": pooled}  # fmt: skip
 
 
-def _interval_text(result: dict) -> str:
+def interval_text(result: dict) -> str:
     if result["mean"] is None:
         return "n/a"
     interval = result["ci95"]
@@ -110,9 +110,9 @@ def format_markdown(analysis: dict) -> str:
              "|---|" + "---|" * len(batch_sizes) + "---|"]  # fmt: skip
     for variant, baseline in CONTRASTS:
         key = f"{variant} - {baseline}"
-        cells = [_interval_text(analysis["per_batch"][str(b)][key]) for b in batch_sizes]
+        cells = [interval_text(analysis["per_batch"][str(b)][key]) for b in batch_sizes]
         trend_result = analysis["trend"].get(key)
-        cells.append(_interval_text(trend_result) if trend_result else "—")
+        cells.append(interval_text(trend_result) if trend_result else "—")
         lines.append(f"| `{variant}` − `{baseline}` | " + " | ".join(cells) + " |")
     lines += ["", "Decisions (per batch size, an interval above 0 beats, below 0 is worse; trend: grows/shrinks):", ""]
     for variant, baseline in CONTRASTS:
@@ -124,7 +124,7 @@ def format_markdown(analysis: dict) -> str:
     if analysis["pooled_batch_64"]:
         lines += ["", "Pooled at batch 64 (seeds 1–5 of Study 1, bf16, with seeds 6–10 of this study, fp32):", ""]
         for key, result in analysis["pooled_batch_64"].items():
-            lines.append(f"- `{key.replace(' - ', '` − `')}`: {_interval_text(result)} over {result['n']} seeds; "
+            lines.append(f"- `{key.replace(' - ', '` − `')}`: {interval_text(result)} over {result['n']} seeds; "
                          f"{decision(result['ci95'])}.")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -549,6 +549,38 @@ MUTATIONS = (
         (("        self.hardness_strength = float(hardness_strength)\n", "        self.hardness_strength = 0.0\n"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
     ),
+    # ---- FLOP utilisation and the evaluation's precision (issue 40)
+    Mutation(
+        "FLOPs: attention's n^2 term left out", "simcse_weince/training/flops.py",
+        (("+ 4 * squares * hidden)", ")"),),
+        ("tests/test_flops.py", "-k", "torch_counts"), "every MFU figure would be low by attention's share",
+    ),
+    Mutation(
+        "FLOPs: the trainer counts one dropout view, not two", TRAIN,
+        (("* (2 if len(self.columns) == 1 else 1)", "* 1"),),
+        ("tests/test_flops.py", "-k", "epoch"), "unsupervised SimCSE encodes every sentence twice",
+    ),
+    Mutation(
+        "FLOPs: the peak from the last timed call, not the best", "simcse_weince/training/flops.py",
+        (("        best = min(best, time.perf_counter() - start)\n", "        best = time.perf_counter() - start\n"),),
+        ("tests/test_flops.py", "-k", "fake_clock"), "one slow call on a shared machine would set the peak",
+    ),
+    Mutation(
+        "FLOPs: a run resumed from an earlier release's checkpoint reports an MFU over part of its steps", LOOP,
+        (('                    if state.get("model_flops") is not None:\n',
+          '                    if state.setdefault("model_flops", 0) is not None:\n'),),
+        ("tests/test_flops.py", "-k", "resumed"), "its earlier steps' time counted, their FLOPs not: a low MFU",
+    ),
+    Mutation(
+        "eval_bf16 auto never evaluates in bf16", "simcse_weince/text/config.py",
+        (('    return mixed_precision == "bf16" and device_type == "cpu"\n', "    return False\n"),),
+        ("tests/test_precision.py", "-k", "auto or native"), "the README's run would evaluate in fp32 again",
+    ),
+    Mutation(
+        "the final evaluation ignores eval_bf16", RESULTS,
+        (("    with evaluation_autocast(eval_bf16, device):\n", "    with evaluation_autocast(False, device):\n"),),
+        ("tests/test_precision.py", "-k", "eval_bf16_evaluates"), "the card would say bf16 for fp32 scores",
+    ),
 )
 # fmt: on
 

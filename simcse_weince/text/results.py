@@ -15,6 +15,7 @@ import torch
 from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
 from simcse_weince.hub import write_model_card
 from simcse_weince.paths import hub_is_offline
+from simcse_weince.precision import precision_label
 from simcse_weince.provenance import versions
 from simcse_weince.text.columns import COLUMN_ROLES
 from simcse_weince.text.config import TrainConfig
@@ -49,13 +50,16 @@ def check_evaluation_data(data_dir: Path) -> None:
 
 
 class DevSelection:
-    """STS-B dev Spearman of the current weights (main process; evaluation pooler, no dropout); the best step's
-    encoder weights are kept in ``best_dir`` and exported at the end. Scores and the best step live in the
-    trainer ``state``, so they survive a resume."""
+    """STS-B dev Spearman of the current weights (main process; evaluation pooler, no dropout; under bf16 autocast
+    when ``eval_bf16``); the best step's encoder weights are kept in ``best_dir`` and exported at the end. Scores
+    and the best step live in the trainer ``state``, so they survive a resume."""
 
-    def __init__(self, accelerator, model, config: TrainConfig, data_dir: Path, state: dict, best_dir: Path):
+    def __init__(
+        self, accelerator, model, config: TrainConfig, data_dir: Path, state: dict, best_dir: Path,
+        eval_bf16: bool = False,
+    ):  # fmt: skip
         self.accelerator, self.model, self.config = accelerator, model, config
-        self.data_dir, self.state, self.best_dir = data_dir, state, best_dir
+        self.data_dir, self.state, self.best_dir, self.eval_bf16 = data_dir, state, best_dir, eval_bf16
 
     def score(self) -> float | None:
 
@@ -63,7 +67,7 @@ class DevSelection:
         if self.accelerator.is_main_process:
 
             def encoder(texts):
-                with evaluation_autocast(self.config, self.accelerator.device):
+                with evaluation_autocast(self.eval_bf16, self.accelerator.device):
                     return self.model.encode(texts, batch_size=self.config.eval_batch_size)
 
             score = float(stsb_spearman(encoder, split="dev", data_dir=self.data_dir))
@@ -132,7 +136,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
     results = {"stsb_dev_spearman": None, "stsb_test_spearman": None}
     if config.final_evaluation:
         with run.timer.part("final_evaluation"):
-            results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device)
+            results = final_evaluation(output_dir, config, dev.data_dir, accelerator.device, dev.eval_bf16)
     accum, train_seconds, total_steps = config.gradient_accumulation_steps, state["train_seconds"], run.total_steps
     columns, num_rows = data.columns, data.num_rows
     results.update(
@@ -160,6 +164,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
             **run.timer.report(train_seconds),  # wall_time_seconds (the whole run up to here) and its parts
             "train_time_seconds": train_seconds,  # = train_seconds, the name of earlier releases
             "train_sentences_per_second": total_steps * config.batch_size * accum / max(train_seconds, 1e-9),
+            **flop_utilisation(state.get("model_flops"), train_seconds, run.peak_flops, run.mixed_precision),
             "lambda_stats": summarize_lambda(state["history"]),
             "config": applied_config,
             "not_applied": not_applied,
@@ -181,6 +186,18 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
 EXPORT_STAGING = ".export.tmp"
 
 
+def flop_utilisation(model_flops, train_seconds: float, peak_flops, mixed_precision: str) -> dict:
+    """``results.json``'s FLOP figures (training/flops.py): the model FLOP/s of the training steps (this process),
+    the device's matmul peak at the run's precision (the better of the measurements at start-up and after the last
+    step), and their ratio (MFU); {} when the encoder's FLOPs are not counted (or a resumed run's earlier steps
+    were not)."""
+    if not model_flops or not peak_flops or train_seconds <= 0:
+        return {}
+    achieved = model_flops / train_seconds
+    return {"model_flops_per_second": achieved, "peak_flops_per_second": peak_flops,
+            "peak_precision": precision_label(mixed_precision), "mfu": achieved / peak_flops}  # fmt: skip
+
+
 def column_roles(columns: tuple[str, ...]) -> dict[str, str]:
     """Each training column and its role: one column is unsupervised SimCSE (its dropout views are the pairs)."""
 
@@ -199,30 +216,33 @@ def _move_into(staging: Path, output_dir: Path) -> None:
     staging.rmdir()
 
 
-def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device) -> dict:
-    """Scores of the exported folder itself, so ``SentenceTransformer(output_dir)`` reproduces them."""
+def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device, eval_bf16: bool = False) -> dict:
+    """Scores of the exported folder itself, so ``SentenceTransformer(output_dir)`` reproduces them (under bf16
+    autocast when ``eval_bf16``)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(output_dir), device=str(device))
-    # The evaluation package's default encoding options: what a user gets from the same call on the folder.
-    # STS-B dev/test: the original (raw text) benchmark, sentence-transformers' protocol.
-    with evaluation_autocast(config, device):
+    # The evaluation package's encoding (token-sorted batches of eval_batch_size, as the dev score during
+    # training): what a user gets from the same call on the folder. STS-B dev/test: the original (raw text)
+    # benchmark, sentence-transformers' protocol.
+    options = {"data_dir": data_dir, "batch_size": config.eval_batch_size}
+    with evaluation_autocast(eval_bf16, device):
         results = {
-            "stsb_dev_spearman": float(stsb_spearman(model, split="dev", data_dir=data_dir)),
-            "stsb_test_spearman": float(stsb_spearman(model, split="test", data_dir=data_dir)),
+            "stsb_dev_spearman": float(stsb_spearman(model, split="dev", **options)),
+            "stsb_test_spearman": float(stsb_spearman(model, split="test", **options)),
         }
         if config.final_tasks:  # SimCSE's table: SentEval's tokenised, lower-cased copies (its STS-B column differs)
-            table = evaluate_sts(model, tasks=config.final_tasks, split="test", data_dir=data_dir)
+            table = evaluate_sts(model, tasks=config.final_tasks, split="test", **options)
             results["sts_test"] = {key: value for key, value in table.items() if key != "details"}
             results["sts_table"] = format_sts_table(table)
-    results["evaluation_precision"] = "bf16" if config.eval_bf16 else "fp32"
+    results["evaluation_precision"] = "bf16" if eval_bf16 else "fp32"
     return results
 
 
-def evaluation_autocast(config: TrainConfig, device):
-    """bf16 autocast for evaluation when ``eval_bf16`` asks for it; otherwise fp32 (no autocast at all, even
-    inside a bf16 training run)."""
-    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=config.eval_bf16)
+def evaluation_autocast(eval_bf16: bool, device):
+    """bf16 autocast for evaluation when ``eval_bf16`` (resolved: :func:`~simcse_weince.text.config.resolve_eval_bf16`);
+    otherwise fp32 (no autocast at all, even inside a bf16 training run)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=eval_bf16)
 
 
 def save_weights(module: torch.nn.Module, folder: Path) -> None:
@@ -251,10 +271,15 @@ def format_summary(results: dict, output_dir: Path) -> str:
     ]
     if results.get("sts_table"):
         lines.append(results["sts_table"])
+    utilisation = (
+        f", {results['model_flops_per_second'] / 1e9:.0f} GFLOP/s = {100 * results['mfu']:.0f}% of this device's "
+        f"{results['peak_precision']} matmul peak ({results['peak_flops_per_second'] / 1e9:.0f} GFLOP/s)"
+        if results.get("mfu") else ""
+    )  # fmt: skip
     lines.append(
         f"wall time {format_time_parts(results)}; training {results['train_sentences_per_second']:.1f} "
-        f"sentences/s ({describe_training_forward(results.get('training_forward'))}); model, results.json and "
-        f"README.md in {output_dir}"
+        f"sentences/s{utilisation} ({describe_training_forward(results.get('training_forward'))}); model, "
+        f"results.json and README.md in {output_dir}"
     )
     return "\n".join(lines)
 

@@ -31,7 +31,7 @@ import torch
 
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.provenance import file_fingerprint
-from simcse_weince.text.config import TrainConfig, resolve_length_chunks
+from simcse_weince.text.config import TrainConfig, resolve_eval_bf16, resolve_length_chunks
 from simcse_weince.text.data import (
     PaddingCollator,
     load_training_data,
@@ -49,6 +49,7 @@ from simcse_weince.text.results import (
     not_applied_settings,
 )
 from simcse_weince.training.batches import StepBatchSampler
+from simcse_weince.training.flops import encoder_dimensions, encoder_training_flops
 from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS
@@ -92,9 +93,10 @@ class TextTask(TrainingTask):
 
     def check(self, run: TrainingRun) -> None:
         self.not_applied = not_applied_settings(self.config, run.tensorboard_dropped)
-        self.length_chunks = resolve_length_chunks(  # auto: by precision and CPU
-            self.config.speed.length_chunks, run.mixed_precision, run.accelerator.device.type
-        )
+        device_type = run.accelerator.device.type
+        # auto: by precision and CPU
+        self.length_chunks = resolve_length_chunks(self.config.speed.length_chunks, run.mixed_precision, device_type)
+        self.eval_bf16 = resolve_eval_bf16(self.config.eval_bf16, run.mixed_precision, device_type)
 
     def build(self, run: TrainingRun):
         config, accelerator = self.config, run.accelerator
@@ -113,6 +115,7 @@ class TextTask(TrainingTask):
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
         self.accelerator, self.unwrapped = accelerator, accelerator.unwrap_model(self.model)
+        self.counts_flops = encoder_dimensions(model.encoder.config) is not None  # MFU: BERT-like encoders
         self.objective = ContrastiveObjective(
             config.loss, config.temperature, weince=config.weince, geometry="simcse",
             hardness_strength=config.hardness_strength,
@@ -129,8 +132,16 @@ class TextTask(TrainingTask):
             project="simcse-weince", progress_desc="training", unit="sent",
             items_per_step=config.batch_size * config.gradient_accumulation_steps, logging_steps=config.logging_steps,
             save_steps=config.save_steps, save_total_limit=config.save_total_limit, keep_last_checkpoint=False,
-            eval_steps=config.eval_steps,
+            eval_steps=config.eval_steps, model_flops=self.counts_flops,
         )  # fmt: skip
+
+    def batch_flops(self, attention_mask: torch.Tensor) -> int:
+        """Model FLOPs of one micro-batch's forward and backward on its real tokens (training/flops.py): every row
+        once per view (two dropout views of one column; stacked columns once); 0 for a non-BERT-like encoder."""
+        if not self.counts_flops:
+            return 0
+        lengths = attention_mask.sum(dim=1).tolist() * (2 if len(self.columns) == 1 else 1)
+        return encoder_training_flops(self.unwrapped.encoder.config, lengths, head=self.unwrapped.mlp is not None)
 
     def loader(self, run: TrainingRun):
         config, accum = self.config, self.config.gradient_accumulation_steps
@@ -147,7 +158,9 @@ class TextTask(TrainingTask):
 
     def before_training(self, run: TrainingRun) -> None:
         best_dir = run.output_dir / CHECKPOINTS / "best"
-        self.dev = DevSelection(run.accelerator, self.unwrapped, self.config, self.data_dir, run.state, best_dir)
+        self.dev = DevSelection(
+            run.accelerator, self.unwrapped, self.config, self.data_dir, run.state, best_dir, self.eval_bf16
+        )
         if self.config.eval_before_training and run.start_step == 0:
             with run.timer.part("evaluation"):
                 run.state["base_stsb_dev_spearman"] = self.dev.score()
@@ -164,9 +177,11 @@ class TextTask(TrainingTask):
 
     def train_step(self, step: int, batches, log_now: bool) -> dict:
         config, accelerator, model, optimizer = self.config, self.accelerator, self.model, self.optimizer
-        losses, diagnostics = [], []
+        losses, diagnostics, flops = [], [], 0
         for _ in range(config.gradient_accumulation_steps):
-            batch = {name: value.to(accelerator.device) for name, value in next(batches).items()}
+            batch = next(batches)
+            flops += self.batch_flops(batch["attention_mask"])  # counted on the host copy: no device sync
+            batch = {name: value.to(accelerator.device) for name, value in batch.items()}
             with accelerator.accumulate(model):
                 loss, logs = forward_backward(
                     model, batch, self.objective, accelerator, config.mini_batch_size, num_columns=len(self.columns),
@@ -178,7 +193,8 @@ class TextTask(TrainingTask):
                 optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach())
             diagnostics.append(logs)
-        return _step_entry(step, losses, diagnostics, self.scheduler.get_last_lr()[0])  # one device sync
+        entry = _step_entry(step, losses, diagnostics, self.scheduler.get_last_lr()[0])  # one device sync
+        return {**entry, "model_flops": flops} if self.counts_flops else entry
 
     def evaluate(self, step: int, write) -> None:
         self.dev.evaluate(step, write)

@@ -6,5 +6,6 @@
 ``training/runs.py``        the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
 ``training/tracking.py``    metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
 ``training/accelerator.py`` the Accelerator: processes, device, ``--mixed-precision auto``
+``training/flops.py``       model FLOPs of a step's real tokens and the measured matmul peak: FLOP utilisation
 ==========================  ==========================================================================
 """

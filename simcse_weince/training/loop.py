@@ -30,6 +30,7 @@ from pathlib import Path
 
 from simcse_weince.precision import precision_label
 from simcse_weince.training.accelerator import make_accelerator
+from simcse_weince.training.flops import PEAK_DTYPES, matmul_peak_flops
 from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
 from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
@@ -58,6 +59,9 @@ class LoopOptions:
     keep_last_checkpoint: bool  # is the last checkpoint the run's result (vision eval reads it), or dropped once
     # the export is written (the text trainer exports a SentenceTransformer)?
     eval_steps: int = 0  # evaluate every N steps and at the last one (0: never)
+    # does train_step's entry carry "model_flops" (training/flops.py)? Then the loop measures the device's matmul
+    # peak at start-up and shows the FLOP utilisation (mfu) on the progress bar and in the trainer state
+    model_flops: bool = False
 
 
 @dataclass
@@ -75,6 +79,7 @@ class TrainingRun:
     start_step: int = 0  # the step this call started (resumed) from
     history: list = field(default_factory=list)  # the entries of the steps trained by this call
     last_checkpoint: Path | None = None
+    peak_flops: float | None = None  # the device's measured matmul FLOP/s at the run's precision (model_flops)
 
 
 class TrainingTask:
@@ -174,6 +179,8 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         start_step, total_steps = run.start_step, run.total_steps
         loader = task.loader(run)
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), options.project)
+        if options.model_flops:  # a fraction of a second: a GEMM at the run's precision
+            run.peak_flops = matmul_peak_flops(PEAK_DTYPES[mixed_precision], accelerator.device)
         timer.add("setup", timer.since_start())
         task.before_training(run)
 
@@ -188,7 +195,7 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         )  # fmt: skip
         batches = iter(loader)
         model.train()
-        session_seconds, checkpoint, saved_step = 0.0, folder.checkpoint, start_step
+        session_seconds, session_flops, checkpoint, saved_step = 0.0, 0, folder.checkpoint, start_step
 
         def save(limit: int) -> Path:
             timer.save_into(state)
@@ -204,14 +211,24 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
                 state["train_seconds"] += time.perf_counter() - step_start
                 state["step"] = step
                 check_finite(entry["loss"], step, folder.checkpoints)
+                step_flops = entry.pop("model_flops", None)
                 if log_now:
                     accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
-                entry["train_seconds"] = state["train_seconds"]  # in the history, not a tracked metric
+                # in the history, not tracked metrics: both cumulative, so any span of steps gives its FLOP/s
+                entry["train_seconds"] = state["train_seconds"]
+                if step_flops is not None:
+                    session_flops += step_flops
+                    # absent: resumed from an earlier release's checkpoint, whose steps' FLOPs are unknown
+                    if state.get("model_flops") is not None:
+                        state["model_flops"] = entry["model_flops"] = state["model_flops"] + step_flops
                 state["history"].append(entry)
                 run.history.append(entry)
                 speed = (step - start_step) * options.items_per_step / session_seconds
+                mfu = session_flops / session_seconds / run.peak_flops if run.peak_flops and session_flops else None
                 progress.update(1)
-                progress.set_postfix(progress_postfix(entry, speed, mixed_precision, unit=options.unit), refresh=False)
+                progress.set_postfix(
+                    progress_postfix(entry, speed, mixed_precision, unit=options.unit, mfu=mfu), refresh=False
+                )
                 if options.eval_steps and (step % options.eval_steps == 0 or step == total_steps):
                     with timer.part("evaluation"):
                         task.evaluate(step, progress.write)
@@ -228,6 +245,9 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
                         accelerator.end_training()
                         raise interrupt.interruption()  # the CLI exits 130 (Ctrl-C) or 143 (SIGTERM)
         progress.close()
+        if options.model_flops:  # measured again once the steps are done: the best of two is less noisy
+            peak = matmul_peak_flops(PEAK_DTYPES[mixed_precision], accelerator.device)
+            run.peak_flops = max(run.peak_flops, peak)
 
         # --- export -------------------------------------------------------------------------------------------------
         # the last step reaches a checkpoint before the export (a full disk during the export must not lose it;

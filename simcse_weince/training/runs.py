@@ -60,7 +60,8 @@ def _unreadable(path: Path, error: Exception) -> str:
 
 def new_trainer_state(**extra) -> dict:
     """The trainer state of a run at step 0 (the schema every trainer saves in ``trainer_state.json``)."""
-    return {"step": 0, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, **extra}
+    # model_flops: the steps' model FLOPs so far (training/flops.py); a checkpoint of an earlier release lacks it
+    return {"step": 0, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, "model_flops": 0, **extra}
 
 
 def previous_run_dir(output_dir: Path) -> Path:

@@ -156,10 +156,15 @@ def summarize_lambda(history: list[dict]) -> dict:
 _POSTFIX = dict(zip(DIAGNOSTIC_KEYS, (("λ", ".3f"), ("λ>.5", ".2f"), ("ρ0", ".3f"), ("ΔAIC", ".1f"), ("β̂", ".2f"))))
 
 
-def progress_postfix(entry: dict, items_per_second: float, mixed_precision: str = "no", unit: str = "sent") -> dict:
-    """The progress bar's postfix: the loss, WEINCE's λ statistics when there are any, throughput, precision."""
+def progress_postfix(
+    entry: dict, items_per_second: float, mixed_precision: str = "no", unit: str = "sent", mfu: float | None = None
+) -> dict:
+    """The progress bar's postfix: the loss, WEINCE's λ statistics when there are any, throughput, the FLOP
+    utilisation when known (model FLOP/s over the measured matmul peak, training/flops.py), precision."""
     postfix = {"loss": f"{entry['loss']:.4f}"}
     postfix.update({label: format(entry[key], spec) for key, (label, spec) in _POSTFIX.items() if key in entry})
     postfix[f"{unit}/s"] = f"{items_per_second:.1f}"
+    if mfu is not None:
+        postfix["mfu"] = f"{100 * mfu:.1f}%"
     postfix["precision"] = precision_label(mixed_precision)
     return postfix
