@@ -13,26 +13,10 @@ of repeated calls), so that the ceiling a step could reach even with nothing but
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
-from simcse_weince.training.flops import matmul_peak_flops
-
-
-def gemm_flops(rows: int, inner: int, columns: int, dtype: torch.dtype, seconds: float) -> float:
-    """FLOP/s of the best ``(rows x inner) @ (inner x columns)`` product over about ``seconds``."""
-    generator = torch.Generator().manual_seed(0)
-    left = torch.randn(rows, inner, generator=generator).to(dtype)
-    right = torch.randn(inner, columns, generator=generator).to(dtype)
-    output = torch.empty(rows, columns, dtype=dtype)
-    torch.mm(left, right, out=output)
-    best, deadline = float("inf"), time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        start = time.perf_counter()
-        torch.mm(left, right, out=output)
-        best = min(best, time.perf_counter() - start)
-    return 2 * rows * inner * columns / best
+from simcse_weince.training.flops import gemm_flops, matmul_peak_flops
 
 
 def main() -> None:
@@ -59,7 +43,7 @@ def main() -> None:
         rates, weights = [], []
         print(f"\n{name}: square 2048 GEMM {peak / 1e9:.0f} GFLOP/s")
         for label, rows, inner, columns, count in shapes:
-            rate = gemm_flops(rows, inner, columns, dtype, args.seconds)
+            rate = gemm_flops(rows, inner, columns, dtype, seconds=args.seconds)
             rates.append(rate)
             weights.append(count * rows * inner * columns)
             print(f"  {label:<24} {rows:>5} x {inner:>5} x {columns:>5}  {rate / 1e9:7.0f} GFLOP/s "

@@ -187,10 +187,10 @@ EXPORT_STAGING = ".export.tmp"
 
 
 def flop_utilisation(model_flops, train_seconds: float, peak_flops, mixed_precision: str) -> dict:
-    """``results.json``'s FLOP figures (training/flops.py): the model FLOP/s of the training steps (this process),
-    the device's matmul peak at the run's precision (the better of the measurements at start-up and after the last
-    step), and their ratio (MFU); {} when the encoder's FLOPs are not counted (or a resumed run's earlier steps
-    were not)."""
+    """``results.json``'s FLOP figures (training/flops.py): the model FLOP/s of all the run's training steps (its
+    earlier sessions too, when resumed), the device's matmul peak at the run's precision (the better of the
+    measurements at start-up and after the last step), and their ratio (MFU); {} when the encoder's FLOPs are not
+    counted (or a resumed run's earlier steps were not)."""
     if not model_flops or not peak_flops or train_seconds <= 0:
         return {}
     achieved = model_flops / train_seconds

@@ -70,12 +70,21 @@ def matmul_peak_flops(
 ) -> float:  # fmt: skip
     """FLOP/s of the best ``size x size`` GEMM (``torch.mm``, ``2 size^3`` FLOPs) timed for about ``seconds``,
     after one untimed call, at the current thread count. ``size`` defaults to 2048 on the CPU, 8192 elsewhere."""
+    size = size or (2048 if torch.device(device).type == "cpu" else 8192)
+    return gemm_flops(size, size, size, dtype, device, seconds)
+
+
+def gemm_flops(
+    rows: int, inner: int, columns: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+    seconds: float = 0.25,
+) -> float:  # fmt: skip
+    """FLOP/s of the best ``(rows x inner) @ (inner x columns)`` product (``torch.mm``) timed for about
+    ``seconds`` (at least once), after one untimed call, at the current thread count."""
     device = torch.device(device)
-    size = size or (2048 if device.type == "cpu" else 8192)
     generator = torch.Generator(device="cpu").manual_seed(0)  # the run's random stream is left alone
-    left = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
-    right = torch.randn(size, size, generator=generator).to(device=device, dtype=dtype)
-    output = torch.empty(size, size, device=device, dtype=dtype)
+    left = torch.randn(rows, inner, generator=generator).to(device=device, dtype=dtype)
+    right = torch.randn(inner, columns, generator=generator).to(device=device, dtype=dtype)
+    output = torch.empty(rows, columns, device=device, dtype=dtype)
 
     def synchronize():
         if device.type == "cuda":
@@ -91,4 +100,4 @@ def matmul_peak_flops(
         best = min(best, time.perf_counter() - start)
         if time.perf_counter() > deadline:
             break
-    return 2 * size**3 / best
+    return 2 * rows * inner * columns / best
