@@ -188,3 +188,25 @@ def test_hardness_study_analysis_table_and_figure(tmp_path):
     # three settings only: the pooled rule cannot hold, whatever they show
     partial = hardness_study.analyse({name: by_setting[name] for name in hardness_study.SETTINGS[:3]})
     assert partial["pooled"]["holds"] is False
+
+
+def test_archived_study3_cells_are_read_by_the_study_script(data_dir, tmp_path):
+    """The archived cells of Study 3's setting A (trained at its pinned commit) are *finished* cells for this
+    checkout's ``hardness_study`` configs: summarising the grid from main must read them, not refuse them as trained
+    with other settings (as happened when ``eval_bf16``'s default became ``auto``) nor train them again."""
+    import hardness_study
+
+    from simcse_weince.compare.cells import cell_configs, check_cell
+    from simcse_weince.text import TEXT_CELLS
+
+    archive = REPO_ROOT / "results" / "study" / "hardness" / "cells" / "cpu-cls"
+    seeds = sorted(int(cell.parent.name.split("-")[1]) for cell in archive.glob("infonce/seed-*/results.json"))
+    if not seeds:
+        pytest.skip("no archived Study 3 cell of setting A")
+    choice = json.loads((REPO_ROOT / "results/study/hardness-pilot/pilot.json").read_text(encoding="utf-8"))["choice"]
+    base = hardness_study.setting_configs(data_dir, tmp_path)["cpu-cls"]  # (writes B and C's data files there)
+    configs = cell_configs(base, hardness_study.study_variants(choice), seeds[:2], archive)
+    for (variant, seed), config in configs.items():
+        state = check_cell(config, TEXT_CELLS)
+        assert state.results is not None, f"{variant} seed {seed} was not read as finished"
+        assert state.results["config"]["loss"] == config.loss

@@ -57,6 +57,9 @@ def cell_config(batch_size: int, num_epochs: int, learning_rate: float, mixed_pr
         eval_steps=eval_steps(batch_size),
         save_steps=eval_steps(batch_size),
         mixed_precision=mixed_precision,
+        # fp32 evaluation, as every study cell recorded it (they predate eval_bf16's "auto"): a finished cell is
+        # then read, not refused as trained with other settings
+        eval_bf16=False,
         final_tasks=(),  # STS-B test only (the 7-task table costs 90 s a cell and is not a metric of Study 2)
         report_to=("csv",),
     )
