@@ -210,3 +210,24 @@ def test_archived_study3_cells_are_read_by_the_study_script(data_dir, tmp_path):
         state = check_cell(config, TEXT_CELLS)
         assert state.results is not None, f"{variant} seed {seed} was not read as finished"
         assert state.results["config"]["loss"] == config.loss
+
+
+def test_hardness_mechanism_batches_are_sentences_or_pairs(tmp_path):
+    # setting A's sentences give one-column rows (two dropout views each), setting C's pairs (anchor, positive) rows
+    import hardness_mechanism as mechanism
+
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(f"sentence {i}\n" for i in range(10)), encoding="utf-8")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sent0,sent1\n" + "".join(f"anchor {i},positive {i}\n" for i in range(10)), encoding="utf-8")
+    one = mechanism.fixed_batches(sentences, batches=2, batch_size=4, seed=20)
+    two = mechanism.fixed_batches(pairs, batches=2, batch_size=4, seed=20)
+    assert [len(batch) for batch in one] == [4, 4] and all(len(row) == 1 for batch in one for row in batch)
+    assert len({row for batch in one for row in batch}) == 8  # drawn without replacement
+    assert all(row[0].replace("anchor", "positive") == row[1] for batch in two for row in batch)
+    # the same seed draws the same rows of either file
+    assert [row[0].split()[1] for row in one[0]] == [row[0].split()[1] for row in two[0]]
+    triplets = tmp_path / "triplets.csv"
+    triplets.write_text("sent0,sent1,hard_neg\na,b,c\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="3 columns"):
+        mechanism.fixed_batches(triplets, batches=1, batch_size=1, seed=20)

@@ -1,7 +1,8 @@
 """Study 3's mechanism (docs/experiments.md, "Study 3"): where each loss puts its gradient among the similarities.
 
 For the four variants, on 8 fixed batches of 64 training sentences of setting A (drawn with seed 20; two dropout
-views each, SimCSE's positive pairs, the dropout masks drawn from a fixed seed), with an encoder given as a model
+views each, SimCSE's positive pairs, the dropout masks drawn from a fixed seed) or of 64 (anchor, positive) rows of a
+two-column table (``--train-file``, setting C's SICK pairs), with an encoder given as a model
 folder (the untrained starting model, or a trained cell's exported model): the gradient of each variant's loss with
 respect to every similarity s_ij, |∂L/∂s_ij| per anchor, from the same embeddings for every variant. Reported over
 all anchors and over the anchors WEINCE gates (λ_i > ½; λ from the same tail statistics for every variant):
@@ -85,17 +86,23 @@ def mass_summary(grad: torch.Tensor, sims: torch.Tensor) -> dict[str, torch.Tens
     return summary
 
 
-def fixed_batches(train_file: Path, *, batches: int, batch_size: int, seed: int) -> list[list[str]]:
-    from simcse_weince.text.data import load_sentences
+def fixed_batches(train_file: Path, *, batches: int, batch_size: int, seed: int) -> list[list[tuple[str, ...]]]:
+    """Rows drawn with ``seed``: one sentence (plain text: setting A, B, D) or an (anchor, positive) pair (a table of
+    two columns: setting C's SICK pairs), as the trainer reads the file."""
+    from simcse_weince.text.data import load_training_data
 
-    sentences = load_sentences(train_file)[0]["text"]
+    dataset, columns, _ = load_training_data(train_file)
+    if len(columns) > 2:
+        raise ValueError(f"{train_file}: {len(columns)} columns; the mechanism takes sentences or (anchor, positive)")
     generator = torch.Generator().manual_seed(seed)
-    picked = torch.randperm(len(sentences), generator=generator)[: batches * batch_size].tolist()
-    return [[sentences[i] for i in picked[b * batch_size : (b + 1) * batch_size]] for b in range(batches)]
+    picked = torch.randperm(len(dataset), generator=generator)[: batches * batch_size].tolist()
+    rows = [tuple(dataset[i][column] for column in columns) for i in picked]
+    return [rows[b * batch_size : (b + 1) * batch_size] for b in range(batches)]
 
 
-def encode_views(model_path: str, batches: list[list[str]], *, max_length: int, seed: int):
-    """Two dropout views ([CLS], the pooler every trained cell exports) of every batch, masks from ``seed``."""
+def encode_views(model_path: str, batches: list[list[tuple[str, ...]]], *, max_length: int, seed: int):
+    """(anchors, positives) of every batch, [CLS] (the pooler every trained cell exports), dropout on as in training,
+    masks from ``seed``: two dropout views of one sentence, or the pair's two sentences."""
     from transformers import AutoModel, AutoTokenizer
 
     from simcse_weince.paths import resolve_model_path
@@ -103,13 +110,17 @@ def encode_views(model_path: str, batches: list[list[str]], *, max_length: int, 
     path = resolve_model_path(model_path)
     tokenizer, encoder = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path)
     encoder.train()  # dropout on: the two views are SimCSE's positive pair
+
+    def embed(sentences):
+        inputs = tokenizer(list(sentences), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return encoder(**inputs).last_hidden_state[:, 0]
+
     torch.manual_seed(seed)
     views = []
     with torch.no_grad():
-        for sentences in batches:
-            inputs = tokenizer(sentences, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-            first, second = (encoder(**inputs).last_hidden_state[:, 0] for _ in range(2))
-            views.append((first, second))
+        for rows in batches:
+            columns = list(zip(*rows))
+            views.append((embed(columns[0]), embed(columns[-1])))  # one column: the same sentences twice
     return views
 
 
@@ -164,7 +175,11 @@ def main() -> None:
         help="name=model folder; {variant} in the folder is replaced by each variant's name",
     )  # fmt: skip
     parser.add_argument("--alphas", required=True, help="the pilot's α: infonce-hardness,weince-hardness")
-    parser.add_argument("--train-file", default=None, help="setting A's sentences (default: wiki1m_head.txt)")
+    parser.add_argument(
+        "--train-file",
+        default=None,
+        help="setting A's sentences (default: wiki1m_head.txt), or a table of (anchor, positive) pairs",
+    )
     parser.add_argument("--temperature", type=float, default=0.05)
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--batches", type=int, default=8)
