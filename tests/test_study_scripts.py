@@ -231,3 +231,28 @@ def test_hardness_mechanism_batches_are_sentences_or_pairs(tmp_path):
     triplets.write_text("sent0,sent1,hard_neg\na,b,c\n", encoding="utf-8")
     with pytest.raises(ValueError, match="3 columns"):
         mechanism.fixed_batches(triplets, batches=1, batch_size=1, seed=20)
+
+
+def test_hardness_mechanism_summary_reads_every_archived_measurement(tmp_path):
+    import shutil
+
+    import hardness_mechanism_summary as summary
+
+    archived = REPO_ROOT / "results" / "study" / "hardness" / "mechanism"
+    shutil.copytree(archived, tmp_path / "mechanism", ignore=shutil.ignore_patterns("summary.*", "*.png"))
+    peer = summary.peer_by_alpha(tmp_path / "mechanism")
+    assert list(peer) == [9.0, 18.0, 36.0, 72.0]  # the protocol's α, then the peer-alpha-* folders, in order
+    protocol = json.loads((archived / "mechanism.json").read_text())
+    assert peer[9.0] == protocol["untrained"]["infonce-hardness"]
+    # the concentration grows with α, and the positive's share is structural for InfoNCE at every α
+    tops = [entry["all"]["top1"] for entry in peer.values()]
+    assert tops == sorted(tops) and all(abs(e["all"]["positive_share"] - 0.5) < 1e-9 for e in peer.values())
+    text = summary.summary_markdown(tmp_path / "mechanism")
+    # the protocol's table, every α, settings C and D
+    assert text.count("| `infonce-hardness` | untrained |") == 1 + 4 + 2
+    subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "study" / "hardness_mechanism_summary.py"),
+                    str(tmp_path / "mechanism"), "--pilot",
+                    str(REPO_ROOT / "results" / "study" / "hardness-pilot" / "pilot.json")],
+                   check=True, capture_output=True)  # fmt: skip
+    assert (tmp_path / "mechanism" / "summary.png").stat().st_size > 10_000
+    assert (tmp_path / "mechanism" / "summary.md").read_text() == text
