@@ -54,9 +54,9 @@ class WeinceLoss(ColumnsLoss):
             hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting
                 (``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives", hardness_strength=α)``),
                 ``α · stop_grad(s_ij)``, to the WEINCE logit of every in-batch negative. **Ours, not the paper's**,
-                and off (0) by default: Study 2 (``docs/experiments.md``) found WEINCE with α = 9 better than both
-                InfoNCE and the hardness weighting alone at batch 64, 256 and 1,024, on one setting (MiniLM
-                ``cpu-cls``). λ and the tail statistics do not see the term.
+                and off (0) by default: in Studies 2 and 3 (``docs/experiments.md``) it beat the hardness
+                weighting alone on unsupervised SimCSE and lost to it, and to InfoNCE, on supervised pairs (SICK),
+                so it is not recommended. λ and the tail statistics do not see the term.
 
         The options after ``temperature`` are keyword-only: the losses of this package take different options, and
         a positional call could bind a value to another loss's option.

@@ -26,7 +26,7 @@ TEXT_VARIANTS: dict[str, dict] = {
     "weince": {"loss": "weince"},
     "weince-reference": {"loss": "weince", "weince.beta": 1.0},
     "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
-    # ours, not the paper's (Study 2): WEINCE with the same per-negative hardness term
+    # ours, not the paper's (Studies 2 and 3): WEINCE with the same per-negative hardness term
     "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
 }
 

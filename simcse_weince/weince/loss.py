@@ -397,8 +397,8 @@ def weince_loss(
             code path. The tail statistics are still computed and reported.
         hardness_strength: α > 0 adds ``α · stop_grad(s_ij)`` to the WEINCE logit of every in-batch negative, the
             term of :func:`infonce_loss`'s ``hardness_strength`` (sentence-transformers' hardness weighting). **Ours,
-            not the paper's** (Study 2 in ``docs/experiments.md``); 0, the default, is the paper's loss. At λ = 0 it
-            equals ``infonce_loss(..., hardness_strength=α)``. The tail statistics and λ do not see it.
+            not the paper's** (Studies 2 and 3 in ``docs/experiments.md``); 0, the default, is the paper's loss. At
+            λ = 0 it equals ``infonce_loss(..., hardness_strength=α)``. The tail statistics and λ do not see it.
 
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
