@@ -39,11 +39,15 @@ def test_report_reads_a_comparison(tmp_path):
     assert "| weince | 3 |" in text
     assert "`weince` − `infonce`, STS-B test: +0.50 [+0.50, +0.50]; beats the baseline." in text
     assert "| `weince` | 0.300 |" in text  # mean λ over the steps
-    assert "6 runs trained at commit `abcdef0`; their wall times (whole runs) add up to 2.00 h." in text
+    # no run records its training commit (an older summary): only the summarising checkout is known, and named so
+    assert "6 runs summarised at commit `abcdef0`; their wall times (whole runs) add up to 2.00 h." in text
     # runs that record the commit that trained them: that one is named, not the summarising checkout's
     summary["runs"] = [{**run, "training_commit": "1234567890"} for run in runs]
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     assert "6 runs trained at commit `1234567`;" in study_report.study_report(tmp_path)
+    summary["runs"][0]["training_commit"] = "fedcba9876"  # runs trained at two commits: both named
+    (tmp_path / "comparison.json").write_text(json.dumps(summary))
+    assert "6 runs trained at commits `1234567`, `fedcba9`;" in study_report.study_report(tmp_path)
     against = study_report.study_report(tmp_path, ("weince",))  # the second baseline: the same pairs, the other sign
     assert "`infonce` − `weince`, STS-B test: -0.50 [-0.50, -0.50] (0/0/3); worse than the baseline." in against
 

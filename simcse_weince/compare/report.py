@@ -120,10 +120,13 @@ def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
         lines.append("")
         lines.append("(per-step values averaged over the seeds, then over the steps)")
     seconds = summary.get("cell_wall_time_seconds")
-    # the commit that trained the runs (each run's training_commit); summaries older than that field say only
-    # the summarising checkout's git_commit
+    # the commits that trained the runs (each run's training_commit); a summary older than that field records
+    # only the checkout that summarised it, which is what it then says
     trained = sorted({run["training_commit"][:7] for run in summary["runs"] if run.get("training_commit")})
-    commit = ", ".join(f"`{c}`" for c in trained) or f"`{(summary.get('git_commit') or 'unknown')[:7]}`"
-    lines += ["", f"{len(summary['runs'])} runs trained at commit {commit}"
+    if trained:
+        provenance = f"trained at commit{'s' if len(trained) > 1 else ''} " + ", ".join(f"`{c}`" for c in trained)
+    else:
+        provenance = f"summarised at commit `{(summary.get('git_commit') or 'unknown')[:7]}`"
+    lines += ["", f"{len(summary['runs'])} runs {provenance}"
               + (f"; their wall times (whole runs) add up to {seconds / 3600:.2f} h." if seconds else ".")]  # fmt: skip
     return "\n".join(lines) + "\n"
