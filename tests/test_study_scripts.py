@@ -264,3 +264,48 @@ def test_hardness_mechanism_summary_reads_every_archived_measurement(tmp_path):
                    check=True, capture_output=True)  # fmt: skip
     assert (tmp_path / "mechanism" / "summary.png").stat().st_size > 10_000
     assert (tmp_path / "mechanism" / "summary.md").read_text() == text
+
+
+def test_archived_study3_summary_is_what_its_archived_cells_give():
+    """Study 3's published answer (``hardness.json`` / ``hardness.md``, quoted in docs/experiments.md and the README)
+    must be what the protocol's analysis computes from the 80 archived cells, and every cell must count under the
+    protocol's rules: trained at the pinned commit, on the pinned releases, in fp32, with its variant's loss and α."""
+    import hardness_study
+
+    from simcse_weince.text.cells import run_metrics
+
+    study = REPO_ROOT / "results" / "study" / "hardness"
+    archived = json.loads((study / "hardness.json").read_text(encoding="utf-8"))
+    pinned = (study / "constraints.txt").read_text(encoding="utf-8").splitlines()
+    pins = dict(line.strip().split("==") for line in pinned if "==" in line)
+    variants = hardness_study.study_variants(archived["alpha"])
+    seeds = (21, 22, 23, 24, 25)
+    runs_by_setting = {}
+    for setting in hardness_study.SETTINGS:
+        runs = []
+        for variant, spec in variants.items():
+            for seed in seeds:
+                where = f"{setting}/{variant}/seed-{seed}"
+                results = json.loads((study / "cells" / where / "results.json").read_text(encoding="utf-8"))
+                versions = results["versions"]
+                assert versions["git_commit"].startswith("81387e1"), where  # the protocol's pinned worktree
+                for package, recorded in (("torch", versions["torch"].split("+")[0]),
+                                          ("transformers", versions["transformers"]),
+                                          ("sentence-transformers", versions["sentence_transformers"])):  # fmt: skip
+                    assert recorded == pins[package], f"{where}: {package} {recorded}, pinned {pins[package]}"
+                assert results["mixed_precision"] == "no", where
+                config = results["config"]
+                assert (config["loss"], config["seed"]) == (spec["loss"], seed), where
+                assert config["hardness_strength"] == spec.get("hardness_strength", 0.0), where
+                runs.append({"variant": variant, "seed": seed, **run_metrics(results)})
+        runs_by_setting[setting] = runs
+    recomputed = {**hardness_study.analyse(runs_by_setting), "alpha": archived["alpha"]}
+    assert recomputed["pooled"] == archived["pooled"]
+    for setting, contrasts in archived["per_setting"].items():
+        for key, result in contrasts.items():
+            again = recomputed["per_setting"][setting][key]
+            assert again["mean"] == pytest.approx(result["mean"]), (setting, key)
+            assert again["ci95"] == pytest.approx(result["ci95"]), (setting, key)
+            assert (again["wins"], again["ties"], again["losses"], again["decision"]) == (
+                result["wins"], result["ties"], result["losses"], result["decision"]), (setting, key)  # fmt: skip
+    assert hardness_study.format_markdown(recomputed) == (study / "hardness.md").read_text(encoding="utf-8")
