@@ -272,6 +272,7 @@ def test_archived_study3_summary_is_what_its_archived_cells_give():
     protocol's rules: trained at the pinned commit, on the pinned releases, in fp32, with its variant's loss and α."""
     import hardness_study
 
+    from simcse_weince.compare.cells import cell_dir
     from simcse_weince.text.cells import run_metrics
 
     study = REPO_ROOT / "results" / "study" / "hardness"
@@ -285,8 +286,9 @@ def test_archived_study3_summary_is_what_its_archived_cells_give():
         runs = []
         for variant, spec in variants.items():
             for seed in seeds:
-                where = f"{setting}/{variant}/seed-{seed}"
-                results = json.loads((study / "cells" / where / "results.json").read_text(encoding="utf-8"))
+                cell = cell_dir(study / "cells" / setting, variant, seed)
+                where = str(cell.relative_to(study))
+                results = json.loads((cell / "results.json").read_text(encoding="utf-8"))
                 versions = results["versions"]
                 assert versions["git_commit"].startswith("81387e1"), where  # the protocol's pinned worktree
                 for package, recorded in (("torch", versions["torch"].split("+")[0]),
