@@ -266,7 +266,7 @@ def decisions_table() -> str:
         add("", 2, f"batch {batch:,}", w_i, f"[Study 2]({two})")
     for label in STUDY3_SETTINGS.values():
         add("", 3, label, w_i, f"[Study 3]({three})")
-    add("the peer (ST's hardness, α 9) vs InfoNCE", 1, "`cpu-cls`", h_i, f"[Study 1]({one})")
+    add("the peer (sentence-transformers' hardness, α 9) vs InfoNCE", 1, "`cpu-cls`", h_i, f"[Study 1]({one})")
     for label in STUDY3_SETTINGS.values():
         add("", 3, label, h_i, f"[Study 3]({three})")
     for index, label in enumerate(STUDY3_SETTINGS.values()):

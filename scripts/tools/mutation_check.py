@@ -581,6 +581,18 @@ MUTATIONS = (
         (("    with evaluation_autocast(eval_bf16, device):\n", "    with evaluation_autocast(False, device):\n"),),
         ("tests/test_precision.py", "-k", "eval_bf16_evaluates"), "the card would say bf16 for fp32 scores",
     ),
+    # ---- issue 56: claims (i56docs)
+    Mutation(
+        "the README quotes one contrast with a changed mean", "README.md",
+        (("beat InfoNCE: +0.04 [−0.51, +0.59], 2/0/3", "beat InfoNCE: +0.14 [−0.51, +0.59], 2/0/3"),),
+        ("tests/test_doc_claims.py", "-k", "archived_cells_give"), "issue 56: the words said more than the numbers",
+    ),
+    Mutation(
+        "holm: Bonferroni (every p times the family's size)", "simcse_weince/compare/statistics.py",
+        (("running = max(running, min(1.0, (count - rank) * p_values[name]))",
+          "running = max(running, min(1.0, count * p_values[name]))"),),
+        ("tests/test_doc_claims.py", "-k", "step_down"), "issue 56: which decisions survive would be undercounted",
+    ),
 )
 # fmt: on
 
