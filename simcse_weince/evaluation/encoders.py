@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from simcse_weince.encoder_checks import check_max_length, check_tokenizer, check_truncated, embedding_rows
+
 # SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
 from simcse_weince.poolers import POOLERS
 from simcse_weince.safe_load import refusing_pickles
@@ -124,6 +126,8 @@ class HFEncoder:
                         max_length=self.max_length,
                         return_tensors="pt",
                     )
+                    if self.max_length is not None:
+                        check_truncated(batch["input_ids"], self.max_length)
                     # longest first: only the first batch can be too long, so this fails before any real work
                     if self.max_length is None and limit and batch["input_ids"].shape[1] > limit:
                         raise ValueError(
@@ -283,19 +287,40 @@ def as_encoder(
             from sentence_transformers import SentenceTransformer
 
             with refusing_pickles(name):
-                return SentenceTransformerEncoder(SentenceTransformer(name, device=device), **options)
+                st_model = SentenceTransformer(name, device=device)
+            _check_received_model(st_model, name, max_length)
+            return SentenceTransformerEncoder(st_model, **options)
         from transformers import AutoModel, AutoTokenizer
 
         options["device"] = device or default_device()
         with refusing_pickles(name):
             hf_model = AutoModel.from_pretrained(name)
-        return HFEncoder(hf_model, AutoTokenizer.from_pretrained(name), pooler=pooler, **options)
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        check_tokenizer(tokenizer, embedding_rows(hf_model), name)
+        check_max_length(tokenizer, max_length, "max_length", name)
+        return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)
     if callable(model) and not _looks_like_hf_model(model):
         return model
     raise ValueError(
         f"cannot encode with a {type(model).__name__}: pass a SentenceTransformer, a callable list[str] -> "
         "embeddings, a model path/name, or a (hf_model, tokenizer) pair"
     )
+
+
+def _check_received_model(model, name: str, max_length: int | None) -> None:
+    """A SentenceTransformer loaded from ``name``: its tokenizer fits its Hugging Face model and reads text, and
+    ``max_length`` leaves room for text (:mod:`simcse_weince.encoder_checks`). Models whose first module is not a
+    Transformer (static embeddings, ...) are not checked."""
+    first = model[0] if len(model) else None
+    hf_model = getattr(first, "auto_model", None) or getattr(first, "model", None)
+    tokenizer = getattr(first, "tokenizer", None)
+    if hf_model is None or tokenizer is None or not callable(tokenizer):
+        return
+    check_tokenizer(tokenizer, embedding_rows(hf_model), name)
+    if max_length is not None:
+        check_max_length(tokenizer, max_length, "max_length", name)
+    elif isinstance(getattr(model, "max_seq_length", None), int):  # the folder's own (sentence_bert_config.json)
+        check_max_length(tokenizer, model.max_seq_length, "max_seq_length", name)
 
 
 def _looks_like_hf_model(model) -> bool:
