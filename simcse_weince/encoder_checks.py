@@ -119,3 +119,19 @@ def check_truncated(input_ids, max_length: int, what: str = "a sentence") -> Non
             f"the tokenizer did not truncate {what} to max_length {max_length} ({longest} tokens); "
             "raise the max length above the tokenizer's special tokens"
         )
+
+
+def check_sentence_transformer(model, name: str, max_length: int | None = None) -> None:
+    """A SentenceTransformer loaded from ``name``: its tokenizer fits its Hugging Face model and reads text
+    (:func:`check_tokenizer`), and ``max_length`` (else the model's ``max_seq_length``) leaves room for text
+    (:func:`check_max_length`). Models whose first module is not a Transformer (static embeddings, ...) pass."""
+    first = model[0] if len(model) else None
+    hf_model = getattr(first, "auto_model", None) or getattr(first, "model", None)
+    tokenizer = getattr(first, "tokenizer", None)
+    if hf_model is None or tokenizer is None or not callable(tokenizer):
+        return
+    check_tokenizer(tokenizer, embedding_rows(hf_model), name)
+    if max_length is not None:
+        check_max_length(tokenizer, max_length, "max_length", name)
+    elif isinstance(getattr(model, "max_seq_length", None), int):  # the folder's own (sentence_bert_config.json)
+        check_max_length(tokenizer, model.max_seq_length, "max_seq_length", name)

@@ -28,7 +28,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from simcse_weince.encoder_checks import check_max_length, check_tokenizer, check_truncated, embedding_rows
+from simcse_weince.encoder_checks import (
+    check_max_length,
+    check_sentence_transformer,
+    check_tokenizer,
+    check_truncated,
+    embedding_rows,
+)
 
 # SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
 from simcse_weince.poolers import POOLERS
@@ -288,7 +294,7 @@ def as_encoder(
 
             with refusing_pickles(name):
                 st_model = SentenceTransformer(name, device=device)
-            _check_received_model(st_model, name, max_length)
+            check_sentence_transformer(st_model, name, max_length)
             return SentenceTransformerEncoder(st_model, **options)
         from transformers import AutoModel, AutoTokenizer
 
@@ -305,22 +311,6 @@ def as_encoder(
         f"cannot encode with a {type(model).__name__}: pass a SentenceTransformer, a callable list[str] -> "
         "embeddings, a model path/name, or a (hf_model, tokenizer) pair"
     )
-
-
-def _check_received_model(model, name: str, max_length: int | None) -> None:
-    """A SentenceTransformer loaded from ``name``: its tokenizer fits its Hugging Face model and reads text, and
-    ``max_length`` leaves room for text (:mod:`simcse_weince.encoder_checks`). Models whose first module is not a
-    Transformer (static embeddings, ...) are not checked."""
-    first = model[0] if len(model) else None
-    hf_model = getattr(first, "auto_model", None) or getattr(first, "model", None)
-    tokenizer = getattr(first, "tokenizer", None)
-    if hf_model is None or tokenizer is None or not callable(tokenizer):
-        return
-    check_tokenizer(tokenizer, embedding_rows(hf_model), name)
-    if max_length is not None:
-        check_max_length(tokenizer, max_length, "max_length", name)
-    elif isinstance(getattr(model, "max_seq_length", None), int):  # the folder's own (sentence_bert_config.json)
-        check_max_length(tokenizer, model.max_seq_length, "max_seq_length", name)
 
 
 def _looks_like_hf_model(model) -> bool:

@@ -185,7 +185,8 @@ def _json_lines(path: Path):
                 yield line_number, None
                 continue
             try:
-                value = json.loads(text)
+                # without its line break: a string left open is then reported where it opened, not at the break
+                value = json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as error:
                 raise ValueError(
                     f"training file {path}, line {line_number}, column {error.colno}: not JSON ({error.msg})"
