@@ -114,12 +114,15 @@ def check_views_differ(model: SimCSEModel, batch: dict, name: str) -> None:
     settings = dropout_settings(config)
     if settings:
         described = ", ".join(f"{field}={value:g}" for field, value in settings.items())
-        advice = f"its dropout settings ({type(config).__name__}) are {described}; set them with --dropout 0.1"
+        advice = (
+            f"its dropout settings ({type(config).__name__}) are {described}; set them with --dropout 0.1, or train "
+            "on pairs (a .csv with sent0,sent1)"
+        )
     else:
-        advice = f"{type(config).__name__} has no dropout setting"
+        advice = f"{type(config).__name__} has no dropout setting; train on pairs (a .csv with sent0,sent1) instead"
     raise ValueError(
         f"unsupervised SimCSE needs two different views of each sentence, but two training-mode forward passes of "
-        f"{name!r} give the same embeddings: {advice}, or train on pairs (a .csv with sent0,sent1)"
+        f"{name!r} give the same embeddings: {advice}"
     )
 
 

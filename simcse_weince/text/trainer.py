@@ -106,14 +106,14 @@ class TextTask(TrainingTask):
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
-        # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.to(accelerator.device)
+        if len(self.columns) == 1:  # the encoder's own forward: a compiled training forward would compile twice
+            _check_dropout_views(model, self.tokenized, config)
+        # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.training_forward = build_training_forward(
             model.encoder, config.speed, length_chunks=self.length_chunks, mixed_precision=run.mixed_precision,
             device_type=accelerator.device.type,
         )  # fmt: skip
-        if len(self.columns) == 1:
-            _check_dropout_views(model, self.tokenized, config)
         total_steps = _total_steps(config, len(self.tokenized), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
@@ -247,8 +247,8 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
 
 
 def _check_dropout_views(model: SimCSEModel, tokenized, config: TrainConfig) -> None:
-    """Unsupervised SimCSE: the two dropout views of a few training sentences must differ (one forward, through the
-    training forward the run will use). ``--dropout 0`` asks for identical views: it is warned about, not refused
+    """Unsupervised SimCSE: the two dropout views of a few training sentences must differ (one forward without
+    gradients). ``--dropout 0`` asks for identical views: it is warned about, not refused
     (the equivalence checks of the distributed and GradCache paths run that way)."""
     if config.dropout == 0.0:
         logger.warning(
