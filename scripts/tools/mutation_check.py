@@ -593,6 +593,52 @@ MUTATIONS = (
           "running = max(running, min(1.0, count * p_values[name]))"),),
         ("tests/test_doc_claims.py", "-k", "step_down"), "issue 56: which decisions survive would be undercounted",
     ),
+    # ---- issue 54: models and inputs (i54checks)
+    Mutation(
+        "models: identical dropout views are let through", "simcse_weince/text/model.py",
+        (("    if difference > SAME_VIEWS_TOLERANCE:\n        return\n", "    if difference >= 0:\n        return\n"),),
+        ("tests/test_model_inputs.py", "-k", "identical or without_dropout"),
+        "issue 54, 3: ModernBERT (every dropout 0) trained nothing, silently",
+    ),
+    Mutation(
+        "models: --dropout sets only BERT's two dropout fields", "simcse_weince/text/model.py",
+        (('        if "dropout" in name\n',
+          '        if name in ("hidden_dropout_prob", "attention_probs_dropout_prob")\n'),),
+        ("tests/test_model_inputs.py", "-k", "every_dropout"),
+        "issue 54, 3: '--dropout 0.1' was refused for ModernBERT and DistilBERT",
+    ),
+    Mutation(
+        "models: the views check draws from the training RNG stream", "simcse_weince/text/model.py",
+        (("        with untouched_rng(device), torch.no_grad():\n", "        with torch.no_grad():\n"),),
+        ("tests/test_model_inputs.py", "-k", "random_stream"), "issue 54, 3: the check would move every dropout mask",
+    ),
+    Mutation(
+        "models: a tokenizer reading text as nothing but [UNK] is accepted", "simcse_weince/encoder_checks.py",
+        (("    if not ids or (unknown is not None and all(token == unknown for token in ids)):\n",
+          "    if not ids:\n"),),
+        ("tests/test_model_inputs.py", "-k", "tokenizer"),
+        "issue 54, 4: train exited 0 and evaluate scored 9.08 without tokenizer.json",
+    ),
+    Mutation(
+        "models: a tokenizer larger than the embedding matrix is accepted", "simcse_weince/encoder_checks.py",
+        (("    if embedding_rows is not None and vocabulary > embedding_rows:\n", "    if False:\n"),),
+        ("tests/test_model_inputs.py", "-k", "small"), "issue 54, 4: ids past the embedding matrix",
+    ),
+    Mutation(
+        "lengths: --max-length 2 ([CLS] [SEP], no text) is accepted", "simcse_weince/encoder_checks.py",
+        (("    if max_length < shortest:\n", "    if max_length < shortest - 1:\n"),),
+        ("tests/test_model_inputs.py", "-k", "room_for_text"), "issue 54, 6: every sentence became [CLS] [SEP]",
+    ),
+    Mutation(
+        "lengths: rows the tokenizer left untruncated are trained on", "simcse_weince/encoder_checks.py",
+        (("    if longest > max_length:\n", "    if longest > max_length + 512:\n"),),
+        ("tests/test_model_inputs.py", "-k", "truncated"), "issue 54, 6: --max-length 1 left sentences whole",
+    ),
+    Mutation(
+        "parse errors: an open quote is reported where the reader gave up", "simcse_weince/text/columns.py",
+        (("                if reader.line_num > first_line:", "                if reader.line_num < first_line:"),),
+        ("tests/test_supervised.py", "-k", "open"), "issue 54, 11: reported at the last line of the file",
+    ),
 )
 # fmt: on
 

@@ -28,6 +28,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from simcse_weince.encoder_checks import (
+    check_max_length,
+    check_sentence_transformer,
+    check_tokenizer,
+    check_truncated,
+    embedding_rows,
+)
+
 # SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
 from simcse_weince.poolers import POOLERS
 from simcse_weince.safe_load import refusing_pickles
@@ -124,6 +132,8 @@ class HFEncoder:
                         max_length=self.max_length,
                         return_tensors="pt",
                     )
+                    if self.max_length is not None:
+                        check_truncated(batch["input_ids"], self.max_length)
                     # longest first: only the first batch can be too long, so this fails before any real work
                     if self.max_length is None and limit and batch["input_ids"].shape[1] > limit:
                         raise ValueError(
@@ -283,13 +293,18 @@ def as_encoder(
             from sentence_transformers import SentenceTransformer
 
             with refusing_pickles(name):
-                return SentenceTransformerEncoder(SentenceTransformer(name, device=device), **options)
+                st_model = SentenceTransformer(name, device=device)
+            check_sentence_transformer(st_model, name, max_length)
+            return SentenceTransformerEncoder(st_model, **options)
         from transformers import AutoModel, AutoTokenizer
 
         options["device"] = device or default_device()
         with refusing_pickles(name):
             hf_model = AutoModel.from_pretrained(name)
-        return HFEncoder(hf_model, AutoTokenizer.from_pretrained(name), pooler=pooler, **options)
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        check_tokenizer(tokenizer, embedding_rows(hf_model), name)
+        check_max_length(tokenizer, max_length, "max_length", name)
+        return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)
     if callable(model) and not _looks_like_hf_model(model):
         return model
     raise ValueError(

@@ -149,6 +149,8 @@ def _delimited(path: Path, delimiter: str):
             except StopIteration:
                 return
             except csv.Error as error:
+                if reader.line_num > first_line:  # the row began lines earlier: a quote opened there is still open
+                    raise ValueError(_open_quote(path, first_line, reader.line_num, error)) from None
                 raise ValueError(f"training file {path}, line {reader.line_num}: {error}") from None
             if reader.line_num != first_line:  # one row per line: a quoted cell never holds a line break
                 raise ValueError(
@@ -161,6 +163,19 @@ def _delimited(path: Path, delimiter: str):
             yield reader.line_num, (fields if any(field.strip() for field in fields) else None)
 
 
+def _open_quote(path: Path, opened: int, stopped: int, error: csv.Error) -> str:
+    """The error of a quote opened on line ``opened`` that the reader could not close by line ``stopped``: reported
+    where it opened (the reader's own error is at the line it gave up on)."""
+    if "end of data" in str(error):  # the csv module's message for a file that ends inside a quoted cell
+        what = f"is never closed (it runs to the end of the file, line {stopped})"
+    else:
+        what = f"runs to line {stopped}, where the row cannot be read ({error})"
+    return (
+        f"training file {path}, line {opened}: a quote opened here {what}; close the quote, or remove it (a cell may "
+        "not hold a line break)"
+    )
+
+
 def _json_lines(path: Path):
     """(line number, object) per line; the first yields the object's keys as the header."""
     first = True
@@ -170,9 +185,12 @@ def _json_lines(path: Path):
                 yield line_number, None
                 continue
             try:
-                value = json.loads(text)
+                # without its line break: a string left open is then reported where it opened, not at the break
+                value = json.loads(text.rstrip("\r\n"))
             except json.JSONDecodeError as error:
-                raise ValueError(f"training file {path}, line {line_number}: not JSON ({error.msg})") from None
+                raise ValueError(
+                    f"training file {path}, line {line_number}, column {error.colno}: not JSON ({error.msg})"
+                ) from None
             if not isinstance(value, dict):
                 raise ValueError(
                     f"training file {path}, line {line_number}: a JSON {type(value).__name__}, not an object with "

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.encoder_checks import check_truncated
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
 from simcse_weince.text.columns import is_table_file, read_table
 from simcse_weince.validation import check_regular_file, check_utf8_text_file, has_visible_character
@@ -120,17 +121,21 @@ def load_training_data(path: Path, max_train_samples: int | None = None):
 
 def tokenize(sentences, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
     """Token ids of every sentence (truncated, unpadded), computed once before training. With several columns a
-    row's ids are a list of one id list per column (the collator stacks them column by column)."""
+    row's ids are a list of one id list per column (the collator stacks them column by column). A row the tokenizer
+    left longer than ``max_length`` is refused (:func:`~simcse_weince.encoder_checks.check_truncated`)."""
+
+    def encode(texts: list[str]):
+        encoded = tokenizer(texts, truncation=True, max_length=max_length)
+        check_truncated(encoded["input_ids"], max_length, "the training sentences")
+        return encoded
+
     if len(columns) == 1:
         return sentences.map(
-            lambda batch: tokenizer(batch[columns[0]], truncation=True, max_length=max_length),
-            batched=True,
-            remove_columns=[columns[0]],
-            desc="tokenizing",
+            lambda batch: encode(batch[columns[0]]), batched=True, remove_columns=[columns[0]], desc="tokenizing"
         )
 
     def encode_columns(batch):
-        encoded = [tokenizer(batch[name], truncation=True, max_length=max_length) for name in columns]
+        encoded = [encode(batch[name]) for name in columns]
         rows = range(len(batch[columns[0]]))
         return {key: [[column[key][row] for column in encoded] for row in rows] for key in encoded[0]}
 

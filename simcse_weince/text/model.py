@@ -20,17 +20,110 @@ Reference: T. Gao, X. Yao, D. Chen, "SimCSE: Simple Contrastive Learning of Sent
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
+from simcse_weince.encoder_checks import check_tokenizer, embedding_rows
 from simcse_weince.evaluation.encoders import length_sorted_batches
 from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
 from simcse_weince.safe_load import RefusedPickle, refusing_pickles
+
+logger = logging.getLogger(__name__)
+
+#: dropouts of task heads (classification, question answering, summary, pooler) that an encoder does not run
+HEAD_DROPOUT_PREFIXES = ("classifier", "qa_", "seq_classif", "summary", "pooler")
+#: two views whose embeddings differ by less than this (relative to their size) are the same view; dropout 0.1
+#: makes them differ by several percent
+SAME_VIEWS_TOLERANCE = 1e-4
+#: the sentences of the start-up views check
+VIEWS_CHECK_ROWS = 4
+
+
+def dropout_settings(config) -> dict[str, float]:
+    """The dropout probabilities an encoder's configuration holds, by field: every number field named ``*dropout*``
+    (BERT's, RoBERTa's ``hidden_dropout_prob`` and ``attention_probs_dropout_prob``, DistilBERT's ``dropout`` and
+    ``attention_dropout``, ModernBERT's ``embedding_dropout``, ``mlp_dropout``, ``attention_dropout``, T5's
+    ``dropout_rate``, ...), except task heads' (:data:`HEAD_DROPOUT_PREFIXES`)."""
+    return {
+        name: value
+        for name, value in config.to_dict().items()
+        if "dropout" in name
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not name.startswith(HEAD_DROPOUT_PREFIXES)
+    }
+
+
+def set_dropout(config, dropout: float | None, model: str = "the model") -> list[str]:
+    """Set every dropout of ``config`` (:func:`dropout_settings`) to ``dropout`` and log which; None changes nothing.
+    A configuration without any is refused (ValueError): a dropout that is never applied must not be recorded."""
+    if dropout is None:
+        return []
+    settings = dropout_settings(config)
+    if not settings:
+        raise ValueError(
+            f"dropout cannot be set on {model!r}: {type(config).__name__} has no dropout setting; leave --dropout unset"
+        )
+    for name in settings:
+        setattr(config, name, dropout)
+    logger.info(
+        "--dropout %s set %s of %s (were %s)", dropout, ", ".join(settings), type(config).__name__,
+        ", ".join(f"{value:g}" for value in settings.values()),
+    )  # fmt: skip
+    return list(settings)
+
+
+@contextmanager
+def untouched_rng(device: torch.device):
+    """Draws inside leave the random streams of the CPU and of ``device`` where they were (the dropout masks of
+    training, and of a resumed run, do not move)."""
+    if device.type == "cpu":
+        with torch.random.fork_rng(devices=[]):
+            yield
+        return
+    module = getattr(torch, device.type)
+    index = device.index if device.index is not None else module.current_device()
+    with torch.random.fork_rng(devices=[index], device_type=device.type):
+        yield
+
+
+def check_views_differ(model: SimCSEModel, batch: dict, name: str) -> None:
+    """Refuse (ValueError, one line) an encoder whose two training-mode views of ``batch`` are the same: unsupervised
+    SimCSE would learn nothing (its positive is the sentence itself). The line names the model's dropout settings
+    and how to set them. One forward without gradients; the random streams are left as they were."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.train()
+    try:
+        with untouched_rng(device), torch.no_grad():
+            first, second = model(**{key: value.to(device) for key, value in batch.items()}, num_views=2)
+    finally:
+        model.train(was_training)
+    first, second = first.float(), second.float()
+    difference = float((first - second).norm() / first.norm().clamp_min(torch.finfo(torch.float32).tiny))
+    if difference > SAME_VIEWS_TOLERANCE:
+        return
+    config = model.encoder.config
+    settings = dropout_settings(config)
+    if settings:
+        described = ", ".join(f"{field}={value:g}" for field, value in settings.items())
+        advice = (
+            f"its dropout settings ({type(config).__name__}) are {described}; set them with --dropout 0.1, or train "
+            "on pairs (a .csv with sent0,sent1)"
+        )
+    else:
+        advice = f"{type(config).__name__} has no dropout setting; train on pairs (a .csv with sent0,sent1) instead"
+    raise ValueError(
+        f"unsupervised SimCSE needs two different views of each sentence, but two training-mode forward passes of "
+        f"{name!r} give the same embeddings: {advice}"
+    )
 
 
 def default_max_seq_length(model_path: str, tokenizer) -> int:
@@ -108,7 +201,9 @@ class SimCSEModel(nn.Module):
         mlp_only_train: bool = True,
     ) -> SimCSEModel:
         """Load encoder and tokenizer by hub id, local folder (a SentenceTransformer folder works) or
-        ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides the hidden and attention dropout (SimCSE: 0.1)."""
+        ``bundled:all-MiniLM-L6-v2``. ``dropout`` overrides every dropout of the encoder (:func:`set_dropout`;
+        SimCSE: 0.1). A tokenizer that does not fit the model is refused
+        (:func:`~simcse_weince.encoder_checks.check_tokenizer`)."""
         from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         path = resolve_model_path(model)
@@ -129,17 +224,7 @@ class SimCSEModel(nn.Module):
             config = AutoConfig.from_pretrained(path)
         except (OSError, ValueError) as error:
             raise loading_error(error) from error
-        dropout_fields = [
-            name for name in ("hidden_dropout_prob", "attention_probs_dropout_prob") if hasattr(config, name)
-        ]
-        if dropout is not None and not dropout_fields:  # refuse rather than record a dropout that is never applied
-            raise ValueError(
-                f"dropout cannot be set on {model!r} ({type(config).__name__} has no hidden_dropout_prob / "
-                "attention_probs_dropout_prob); leave --dropout unset"
-            )
-        for name in dropout_fields:
-            if dropout is not None:
-                setattr(config, name, dropout)
+        set_dropout(config, dropout, model)
         try:
             with refusing_pickles(path):
                 encoder = AutoModel.from_pretrained(path, config=config)
@@ -148,6 +233,7 @@ class SimCSEModel(nn.Module):
             raise
         except (OSError, ValueError) as error:
             raise loading_error(error) from error
+        check_tokenizer(tokenizer, embedding_rows(encoder), model)
         if max_seq_length is None:
             max_seq_length = default_max_seq_length(path, tokenizer)
         return cls(encoder, tokenizer, pooler=pooler, max_seq_length=max_seq_length, mlp_only_train=mlp_only_train)

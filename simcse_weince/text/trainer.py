@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.encoder_checks import check_max_length
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig, resolve_eval_bf16, resolve_length_chunks
@@ -40,7 +41,7 @@ from simcse_weince.text.data import (
 )
 from simcse_weince.text.fast_path import build_training_forward
 from simcse_weince.text.gradcache import gradcache_forward_backward
-from simcse_weince.text.model import SimCSEModel, encode_columns
+from simcse_weince.text.model import VIEWS_CHECK_ROWS, SimCSEModel, check_views_differ, encode_columns
 from simcse_weince.text.results import (
     DevSelection,
     TrainingRows,
@@ -105,8 +106,10 @@ class TextTask(TrainingTask):
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
-        # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.to(accelerator.device)
+        if len(self.columns) == 1:  # the encoder's own forward: a compiled training forward would compile twice
+            _check_dropout_views(model, self.tokenized, config)
+        # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.training_forward = build_training_forward(
             model.encoder, config.speed, length_chunks=self.length_chunks, mixed_precision=run.mixed_precision,
             device_type=accelerator.device.type,
@@ -238,7 +241,23 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
                 f"{name} {getattr(config, name)} exceeds the {positions} positions of {config.model}; "
                 f"set --{name.replace('_', '-')} {positions} or less"
             )
+    for name in ("max_length", "eval_max_length"):
+        check_max_length(model.tokenizer, getattr(config, name), f"--{name.replace('_', '-')}", config.model)
     return model, tokenize(rows, model.tokenizer, config.max_length, columns), columns, skipped
+
+
+def _check_dropout_views(model: SimCSEModel, tokenized, config: TrainConfig) -> None:
+    """Unsupervised SimCSE: the two dropout views of a few training sentences must differ (one forward without
+    gradients). ``--dropout 0`` asks for identical views: it is warned about, not refused
+    (the equivalence checks of the distributed and GradCache paths run that way)."""
+    if config.dropout == 0.0:
+        logger.warning(
+            "--dropout 0: the two views of every sentence are the same, so unsupervised SimCSE's positives are the "
+            "sentences themselves and the loss teaches little; SimCSE uses 0.1"
+        )
+        return
+    rows = [tokenized[index] for index in range(min(VIEWS_CHECK_ROWS, len(tokenized)))]
+    check_views_differ(model, PaddingCollator(model.tokenizer.pad_token_id)(rows), config.model)
 
 
 def _total_steps(config: TrainConfig, num_rows: int, columns: tuple[str, ...]) -> int:
