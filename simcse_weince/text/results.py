@@ -181,7 +181,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
         write_model_card(output_dir, results)
         staging.mkdir()
         (staging / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        _move_into(staging, output_dir, kind="run")
+        _move_into(staging, output_dir)  # results.json: the exported model's scores and settings, pushed with it
     return results
 
 
