@@ -1,9 +1,11 @@
-"""A run folder knows its files, its run and its writer (issue 54, classes 1, 2 and 7).
+"""A run folder knows its files, its run and its writer (issue 54, classes 1, 2, 7 and 12).
 
 * ``--overwrite`` moves aside only what the earlier run wrote (its ``run_files.json``): a user's note and the new
   run's own training file stay; a user's file where the new run writes is refused by name.
 * ``--resume PATH`` continues only a checkpoint of the folder's own run (its ``run_id``, drawn at step 0), named
   with both runs otherwise, before anything is written.
+* ``push`` uploads exactly the export (class 12): the files the manifest records as ``export``, not a partial
+  ``.export.tmp``, checkpoints, logs or the user's files; a link in the export is refused.
 * One process writes a folder: a second is refused, naming the first (pid, host, start time); a lock left by a
   process that has ended is taken over with a warning.
 
@@ -18,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from train_helpers import make_tiny_model, subprocess_env, tree_digest, write_train_file
@@ -61,8 +64,8 @@ def test_the_manifest_lists_what_the_run_wrote_and_its_id(finished):
     files = manifest["files"]
     run_entries = {name for name, kind in files.items() if kind == "run"}
     export_entries = {name for name, kind in files.items() if kind == "export"}
-    assert {"training_config.yaml", "checkpoints", "logs", "results.json"} <= run_entries
-    assert {"model.safetensors", "modules.json", "README.md"} <= export_entries
+    assert {"training_config.yaml", "checkpoints", "logs", ".export.tmp"} <= run_entries
+    assert {"model.safetensors", "modules.json", "README.md", "results.json"} <= export_entries
     on_disk = {path.name for path in finished["run"].iterdir()} - {RUN_MANIFEST}
     assert on_disk <= set(files), on_disk - set(files)
     assert not (finished["run"] / LOCK_FILE).exists(), "the lock outlived the run"
@@ -185,3 +188,64 @@ def test_a_second_writer_is_refused_naming_the_first(finished, tmp_path, capsys)
     finally:
         holder.stdin.close()
         holder.wait()
+
+
+def test_push_uploads_exactly_the_export_and_never_prints_the_token(finished, tmp_path, monkeypatch, capsys):
+    """``simcse-weince push`` against a local stand-in for HfApi that records the commit's files. Issue 54 case 12:
+    a stale partial export (``.export.tmp/``), the run's checkpoints and logs and the user's own files stay home,
+    and a file of the export replaced by a link to a file outside the run is refused, not uploaded."""
+    import huggingface_hub
+
+    from simcse_weince.cli import main
+
+    folder = _copy(finished, tmp_path)
+    assert (folder / "checkpoints").is_dir()  # the run kept checkpoints: they must stay home
+    (folder / ".export.tmp").mkdir()
+    (folder / ".export.tmp" / "model.safetensors").write_bytes(b"half a model")  # a killed export's leftover
+    (folder / "NOTES.md").write_text("my notes\n")
+    calls = {}
+
+    class LocalHub:  # records what HfApi would be asked to do
+        def __init__(self, token=None, **kwargs):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, **kwargs):
+            calls["create_repo"] = (repo_id, kwargs)
+
+        def create_commit(self, *, repo_id, operations, **kwargs):
+            calls["uploaded"] = {op.path_in_repo: Path(op.path_or_fileobj).read_bytes() for op in operations}
+            return huggingface_hub.CommitInfo(
+                commit_url=f"https://huggingface.co/{repo_id}/commit/abc123", commit_message="m",
+                commit_description="", oid="abc123",
+            )  # fmt: skip
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", LocalHub)
+    secret = "hf_not_a_real_token_0123456789"
+    assert main(["push", str(folder), "me/simcse-tiny", "--token", secret, "--private"]) == 0
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    assert "pushed" in captured.out and "https://huggingface.co/me/simcse-tiny/commit/abc123" in captured.out
+    assert calls["token"] == secret and calls["create_repo"] == (
+        "me/simcse-tiny",
+        {"private": True, "exist_ok": True, "repo_type": "model"},
+    )
+    uploaded = calls["uploaded"]
+    model_files = {
+        path.relative_to(finished["run"]).as_posix()
+        for path in finished["run"].rglob("*")
+        if path.is_file() and path.relative_to(finished["run"]).parts[0] not in ("checkpoints", "logs")
+    } - {"training_config.yaml", "run_files.json"}
+    assert set(uploaded) == model_files  # every file of the export, nothing else
+    assert {"modules.json", "model.safetensors", "README.md", "results.json", "1_Pooling/config.json"} <= set(uploaded)
+    assert uploaded["model.safetensors"] == (folder / "model.safetensors").read_bytes()
+
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not the run's")
+    (folder / "tokenizer.json").unlink()
+    (folder / "tokenizer.json").symlink_to(outside)
+    calls.clear()
+    assert main(["push", str(folder), "me/simcse-tiny", "--token", secret]) == 1
+    error = capsys.readouterr().err
+    assert f"{folder / 'tokenizer.json'} is a symbolic link (to {outside})" in error and "uploaded" not in calls
