@@ -195,8 +195,8 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: a failed --overwrite start does not put the earlier run back", RUNS,
-        (("    for entry in sorted(previous.iterdir()):\n        os.replace(entry, output_dir / entry.name)\n",
-          "    for entry in sorted(previous.iterdir()):\n        shutil.rmtree(entry)\n"),),
+        (("        os.replace(entry, output_dir / entry.name)\n    previous.rmdir()\n",
+          "        pass\n    shutil.rmtree(previous)\n"),),
         ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
     ),
     # ---- throughput: precision and padding
