@@ -14,12 +14,16 @@ Example::
 
 from __future__ import annotations
 
+import logging
+import os
 from importlib import resources
 from pathlib import Path
 
 from simcse_weince.paths import hub_id_of, hub_is_offline
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
 from simcse_weince.precision import precision_label
+
+logger = logging.getLogger(__name__)
 
 TEMPLATE = "simcse_sentence_encoder.md"
 LOSS_TITLES = {"weince": "WEINCE", "infonce": "InfoNCE"}
@@ -115,6 +119,47 @@ def write_model_card(output_dir: str | Path, results: dict, repo_id: str | None 
     return path
 
 
+def export_files(directory) -> list[tuple[str, Path]]:
+    """What ``push`` uploads: exactly the files of the run's export, as ``(path in the repository, local file)``.
+
+    The export is what the run's manifest (``run_files.json``) records as ``export`` (the SentenceTransformer
+    folder and its card); nothing else in the folder is uploaded (checkpoints, logs, a partial ``.export.tmp``
+    left by a killed export, the user's own files). A folder without a manifest (an earlier release's run) is
+    taken to export the names a text run's export writes. A symbolic link in the export (the export never writes
+    one) is refused: its target may lie outside the run folder.
+    """
+    from simcse_weince.training.runs import read_run_manifest, run_files
+
+    folder = Path(directory)
+    if read_run_manifest(folder) is None:
+        logger.warning("%s has no run manifest (an earlier release's run): pushing the files named like an export",
+                       folder)  # fmt: skip
+    names = sorted(name for name, kind in run_files(folder).items() if kind == "export")
+    files = []
+    for name in names:
+        top = folder / name
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{folder}/run_files.json names {name!r}, not an entry of the folder: refusing to push")
+        if not top.exists() and not top.is_symlink():
+            raise FileNotFoundError(f"{top} is missing from the export of {folder}; export the run again to push it")
+        if top.name.startswith("."):
+            continue  # a staging folder of the export: never part of it
+        paths = [top]
+        if top.is_dir() and not top.is_symlink():
+            paths = []
+            for root, dirs, file_names in os.walk(top):  # followlinks=False: a linked folder is listed, not entered
+                paths += [Path(root) / entry for entry in sorted(dirs + file_names)]
+        for path in paths:
+            if path.is_symlink():
+                raise ValueError(
+                    f"{path} is a symbolic link (to {os.readlink(path)}): push uploads only the files the export "
+                    f"wrote; replace it with the file itself or export the run again"
+                )
+            if path.is_file():
+                files.append((path.relative_to(folder).as_posix(), path))
+    return files
+
+
 def push_folder(
     directory,
     repo_id: str,
@@ -123,12 +168,12 @@ def push_folder(
     token: str | None = None,
     commit_message: str = "Upload SimCSE model trained with simcse-weince",
 ) -> str:
-    """Upload a trained model folder (without checkpoints) to the Hub; returns the commit URL.
+    """Upload a trained model folder's export (:func:`export_files`: the model and its card, nothing else) to the
+    Hub in one commit; returns the commit URL.
 
     Raises clear RuntimeErrors when the Hub is offline, no token is available, or the upload fails.
     """
     import re
-    from pathlib import Path
 
     folder = Path(directory)
     if not folder.is_dir():
@@ -139,9 +184,10 @@ def push_folder(
         raise FileNotFoundError(
             f"{folder} is not a trained model folder (no modules.json); pass a --output-dir of `train`"
         )
+    files = export_files(folder)  # checked before the Hub is asked anything
     if hub_is_offline():
         raise RuntimeError("the Hugging Face Hub is offline (HF_HUB_OFFLINE is set): unset it to push")
-    from huggingface_hub import HfApi, get_token
+    from huggingface_hub import CommitOperationAdd, HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
     token = token or get_token()
@@ -150,12 +196,11 @@ def push_folder(
     api = HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        commit = api.upload_folder(
-            folder_path=str(folder),
+        commit = api.create_commit(
             repo_id=repo_id,
             repo_type="model",
+            operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files],
             commit_message=commit_message,
-            ignore_patterns=["checkpoints/*", ".export-staging/*", "*.tmp"],
         )
     except HfHubHTTPError as error:
         raise RuntimeError(f"the Hub refused the upload to {repo_id}: {str(error).splitlines()[0]}") from error

@@ -418,7 +418,7 @@ def test_a_run_left_aside_by_a_killed_overwrite_start_is_never_deleted(world, tm
     run.mkdir()
     assert main(["train", *world["flags"], "--output-dir", str(run), "--overwrite"]) == 1
     err = capsys.readouterr().err
-    assert f"{previous} holds the earlier run of {run}" in err and f"mv {previous} {run}" in err
+    assert f"{previous} holds the earlier run of {run}" in err and f"move what it holds back into {run}" in err
     assert tree_digest(previous) == world["digest"]
 
 

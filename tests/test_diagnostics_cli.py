@@ -260,3 +260,72 @@ def test_diagnose_reports_user_errors_in_one_line(minilm_path, tmp_path, capsys)
     data.write_text("a\nb\nc\n", encoding="utf-8")
     assert cli.main(["diagnose", minilm_path, "--data", str(data), "--temperature", "0"]) == 1
     assert "--temperature must be > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("log_text", "expect"),
+    [
+        ("step,name,value\n1,loss,2.0\n2,loss,1.9\n", "has none of the columns lambda_mean"),
+        ("epoch,loss\n1,2.0\n", "is not a training log: expected the columns step,name,value"),
+        (None, "--training-log file not found"),
+    ],
+    ids=["no-lambda-columns", "not-a-log", "missing"],
+)
+def test_diagnose_checks_the_training_log_before_it_writes(tiny_encoder_dir, wiki_sentences, tmp_path, capsys,
+                                                           log_text, expect):  # fmt: skip
+    """Issue 54 case 8: a bad --training-log was read after the analysis had replaced the figures, leaving the old
+    report.json beside new figures. Now it is refused in one line naming the file and the folder is untouched."""
+    from train_helpers import tree_digest
+
+    data = tmp_path / "sentences.txt"
+    data.write_text("\n".join(wiki_sentences[:60]) + "\n", encoding="utf-8")
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "report.json").write_text('{"figures": ["pot_qq.png"]}')
+    (output / "pot_qq.png").write_bytes(b"an earlier figure")
+    before = tree_digest(output)
+    log = tmp_path / "metrics.csv"
+    if log_text is not None:
+        log.write_text(log_text, encoding="utf-8")
+    argv = ["diagnose", str(tiny_encoder_dir), "--data", str(data), "--pot", "--output-dir", str(output),
+            "--training-log", str(log), "--no-progress"]  # fmt: skip
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and expect in lines[0] and str(log) in lines[0], err[-2000:]
+    assert tree_digest(output) == before
+
+
+def test_diagnose_replaces_its_outputs_together_or_not_at_all(tiny_encoder_dir, wiki_sentences, tmp_path,
+                                                              monkeypatch):  # fmt: skip
+    """A failure after the first figures were drawn (here: in the last one) leaves the earlier report and
+    figures as they were and no staged file behind; a run that completes replaces them all."""
+    from train_helpers import tree_digest
+
+    from simcse_weince.diagnostics import diagnose
+    from simcse_weince.diagnostics.pipeline import STAGING_PREFIX
+
+    data = tmp_path / "sentences.txt"
+    data.write_text("\n".join(wiki_sentences[:80]) + "\n", encoding="utf-8")
+    log = tmp_path / "metrics.csv"
+    log.write_text("step,name,value\n1,lambda_mean,0.3\n2,lambda_mean,0.35\n", encoding="utf-8")
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "report.json").write_text('{"figures": ["k_sweep.png"]}')
+    (output / "k_sweep.png").write_bytes(b"an earlier figure")
+    before = tree_digest(output)
+
+    def failing_plot(*args, **kwargs):
+        raise RuntimeError("the last figure failed")
+
+    monkeypatch.setattr(plots, "plot_lambda_statistics", failing_plot)
+    settings = dict(k_sweep=True, max_pairs=20, batch_size=16, output_dir=str(output), training_log=str(log),
+                    no_progress=True)  # fmt: skip
+    with pytest.raises(RuntimeError, match="the last figure failed"):
+        diagnose(str(tiny_encoder_dir), data, **settings)
+    assert tree_digest(output) == before and not list(output.glob(f"{STAGING_PREFIX}*"))
+    monkeypatch.undo()
+    report = diagnose(str(tiny_encoder_dir), data, **settings)
+    assert json.loads((output / "report.json").read_text()) == report
+    assert (output / "k_sweep.png").read_bytes() != b"an earlier figure"
+    assert not list(output.glob(f"{STAGING_PREFIX}*"))

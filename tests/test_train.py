@@ -507,54 +507,6 @@ def test_the_best_dev_step_is_the_one_exported(tmp_path, tiny_model, train_file,
     assert abs(exported - probe_embeddings[1]).max() < 1e-5
 
 
-def test_push_uploads_the_model_without_checkpoints_and_never_prints_the_token(tiny_run, monkeypatch, capsys):
-    """``simcse-weince push`` against a local stand-in for HfApi that applies the upload's file filter itself."""
-    import huggingface_hub
-    from huggingface_hub.utils import filter_repo_objects
-
-    from simcse_weince.cli import main
-
-    config, _ = tiny_run
-    folder = Path(config.output_dir)
-    assert (folder / "checkpoints").is_dir()  # the run kept checkpoints: they must stay home
-    calls = {}
-
-    class LocalHub:  # records what HfApi would be asked to do; the file selection is huggingface_hub's own filter
-        def __init__(self, token=None, **kwargs):
-            calls["token"] = token
-
-        def create_repo(self, repo_id, **kwargs):
-            calls["create_repo"] = (repo_id, kwargs)
-
-        def upload_folder(self, *, folder_path, repo_id, ignore_patterns=None, allow_patterns=None, **kwargs):
-            files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
-            calls["uploaded"] = sorted(
-                filter_repo_objects(files, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns)
-            )
-            calls["upload_folder"] = (repo_id, kwargs)
-            return huggingface_hub.CommitInfo(
-                commit_url=f"https://huggingface.co/{repo_id}/commit/abc123", commit_message="m",
-                commit_description="", oid="abc123",
-            )  # fmt: skip
-
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(huggingface_hub, "HfApi", LocalHub)
-    secret = "hf_not_a_real_token_0123456789"
-    assert main(["push", str(folder), "me/simcse-tiny", "--token", secret, "--private"]) == 0
-    captured = capsys.readouterr()
-    assert secret not in captured.out + captured.err
-    assert "pushed" in captured.out and "https://huggingface.co/me/simcse-tiny/commit/abc123" in captured.out
-    assert calls["token"] == secret and calls["create_repo"] == (
-        "me/simcse-tiny",
-        {"private": True, "exist_ok": True, "repo_type": "model"},
-    )
-    uploaded = calls["uploaded"]
-    assert not any(name.startswith("checkpoints") for name in uploaded)
-    expected = {"modules.json", "model.safetensors", "config.json", "README.md", "results.json", "tokenizer.json"}
-    assert expected <= set(uploaded) and "1_Pooling/config.json" in uploaded
-
-
 def test_the_documented_imports_give_the_functions_not_the_modules_of_the_same_name():
     """``from simcse_weince.text import train`` is the README's import; the lazy package attribute once handed out
     the module text/train.py instead (importing a submodule binds its name on the package)."""

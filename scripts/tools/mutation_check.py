@@ -48,6 +48,7 @@ COLUMNS = "simcse_weince/losses/_columns.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
+RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
@@ -194,8 +195,8 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: a failed --overwrite start does not put the earlier run back", RUNS,
-        (("    shutil.rmtree(output_dir, ignore_errors=True)\n    os.replace(previous, output_dir)\n    return True",
-          "    shutil.rmtree(output_dir, ignore_errors=True)\n    return True"),),
+        (("        os.replace(entry, output_dir / entry.name)\n    previous.rmdir()\n",
+          "        pass\n    shutil.rmtree(previous)\n"),),
         ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
     ),
     # ---- throughput: precision and padding
@@ -638,6 +639,55 @@ MUTATIONS = (
         "parse errors: an open quote is reported where the reader gave up", "simcse_weince/text/columns.py",
         (("                if reader.line_num > first_line:", "                if reader.line_num < first_line:"),),
         ("tests/test_supervised.py", "-k", "open"), "issue 54, 11: reported at the last line of the file",
+    ),
+    # ---- issue 54: run folders (i54runs)
+    Mutation(
+        "run folder: --overwrite moves aside every entry, the user's and the new run's inputs too", RUNS,
+        (("            if name in owned and name not in held:\n", "            if True:\n"),),
+        (RUN_FOLDERS, "-k", "overwrite_keeps"), "issue 54.1: --overwrite deleted mydata.txt and NOTES.md",
+    ),
+    Mutation(
+        "run folder: --overwrite writes over a user's file where the new run writes", RUNS,
+        (("        if in_the_way:\n", "        if False:\n"),),
+        (RUN_FOLDERS, "-k", "refuses_a_file_it_did_not_write"), "issue 54.1: anything else in the way is named",
+    ),
+    Mutation(
+        "resume: a checkpoint of another output folder is continued", RUNS,
+        (("    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():\n", "    if False:\n"),),
+        (RUN_FOLDERS, "-k", "another_output_folder"), "issue 54.2: --resume B/checkpoints/step-N continued B in A",
+    ),
+    Mutation(
+        "resume: a checkpoint of another run is continued", RUNS,
+        (("    if checkpoint_run and folder_run and checkpoint_run != folder_run:\n", "    if False:\n"),),
+        (RUN_FOLDERS, "-k", "saved_by_another_run"), "issue 54.2: the run id recorded at step 0 is not compared",
+    ),
+    Mutation(
+        "lock: a second writer on the same output folder is not refused", RUNS,
+        (("                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
+          "                    pass\n"),),
+        (RUN_FOLDERS, "-k", "second_writer"), "issue 54.7: two processes on one --output-dir both started",
+    ),
+    Mutation(
+        "diagnose: --training-log is read only after the analysis", DIAGNOSE,
+        (("                lambda_series(self.training_log)\n", "                pass\n"),),
+        ("tests/test_diagnostics_cli.py", "-k", "before_it_writes"), "issue 54.8: old report.json beside new figures",
+    ),
+    Mutation(
+        "diagnose: a failure leaves its staged outputs behind", DIAGNOSE,
+        (("            staged.unlink(missing_ok=True)\n", "            pass\n"),),
+        ("tests/test_diagnostics_cli.py", "-k", "together"), "issue 54.8: outputs replaced together or not at all",
+    ),
+    Mutation(
+        "push: uploads every file of the folder, not only the export", "simcse_weince/hub.py",
+        (("for name, kind in run_files(folder).items() if kind == \"export\")", "for name in _all(folder))"),
+         ("def export_files(directory)", "def _all(folder):\n    return [p.name for p in folder.iterdir()]\n\n\n"
+          "def export_files(directory)")),
+        (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded a stale .export.tmp",
+    ),
+    Mutation(
+        "push: follows a link in the export to a file outside the run", "simcse_weince/hub.py",
+        (("            if path.is_symlink():\n", "            if False:\n"),),
+        (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded the contents of symlinked files outside the run",
     ),
 )
 # fmt: on

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,6 +83,15 @@ class DiagnoseSettings:
             raise FileNotFoundError(f"model folder {self.model} not found; pass an existing folder or a Hub id")
         if Path(self.output_dir).exists() and not Path(self.output_dir).is_dir():
             raise FileExistsError(f"--output-dir {self.output_dir} is a file; choose a folder")
+        if self.training_log:  # read now, not after the analysis: a bad log must leave the folder as it was
+            from simcse_weince.diagnostics.plots import lambda_series
+
+            try:
+                lambda_series(self.training_log)
+            except UnicodeDecodeError as error:
+                raise ValueError(f"--training-log {self.training_log} is not UTF-8 text ({error.reason})") from None
+            except (ValueError, KeyError) as error:
+                raise ValueError(f"--training-log: {error}") from None
 
 
 def diagnose(model: str, data, **settings) -> dict:
@@ -97,11 +107,28 @@ def diagnose(model: str, data, **settings) -> dict:
     """
     config = DiagnoseSettings(model=model, data=str(data), **settings)
     config.validate()
-    import torch
-
     run_all = not (config.pot or config.link or config.k_sweep)
     output_dir = Path(config.output_dir)
+    created = not output_dir.exists()
     output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        report = _diagnose(config, run_all, output_dir)
+    except BaseException:
+        for staged in output_dir.glob(f"{STAGING_PREFIX}*"):  # the earlier report and figures stay as they were
+            staged.unlink(missing_ok=True)
+        if created and not any(output_dir.iterdir()):
+            output_dir.rmdir()
+        raise
+    return report
+
+
+#: the report and the figures are written under this prefix, then renamed together once all are written
+STAGING_PREFIX = ".staging-"
+
+
+def _diagnose(config: DiagnoseSettings, run_all: bool, output_dir: Path) -> dict:
+    import torch
+
     torch.manual_seed(config.seed)
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -128,7 +155,10 @@ def diagnose(model: str, data, **settings) -> dict:
     timings["total"] = time.perf_counter() - started
     report["seconds"] = {key: round(value, 2) for key, value in timings.items()}
     path = output_dir / "report.json"
-    path.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    staged = output_dir / f"{STAGING_PREFIX}report.json"
+    staged.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    for name in [*report["figures"], "report.json"]:  # all written: replace the earlier outputs together
+        os.replace(output_dir / f"{STAGING_PREFIX}{name}", output_dir / name)
     logger.debug("wrote %s and %d figures", path, len(report["figures"]))
     return report
 
@@ -157,7 +187,8 @@ class _Steps:
     def figure(self, name, draw, *draw_args, **draw_kwargs):
         import matplotlib.pyplot as plt
 
-        fig = draw(*draw_args, path=self.output_dir / name, **draw_kwargs)
+        # staged (the suffix stays: matplotlib picks the format by it); diagnose renames them all at the end
+        fig = draw(*draw_args, path=self.output_dir / f"{STAGING_PREFIX}{name}", **draw_kwargs)
         plt.close(fig)
         self.report["figures"].append(name)
 

@@ -303,20 +303,16 @@ def load_training_log(source) -> list[dict]:
     return list(by_step.values())
 
 
-def plot_lambda_statistics(log, path=None, keys=None):
-    """The trainer's per-step WEINCE statistics against the step, one panel per statistic.
-
-    ``log``: a list of dicts, a run folder or its ``logs/metrics.csv`` (:func:`load_training_log`), with any of
-    ``lambda_mean``, ``lambda_above_half``, ``rho0``, ``delta_aic_mean``, ``beta_hat_mean`` (missing or empty
-    values are skipped; rows without a number for a key, e.g. evaluation rows, are ignored for it).
-    ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.DIAGNOSTIC_KEYS`).
-    """
+def lambda_series(log, keys=None) -> dict:
+    """The per-step statistics of a training log that :func:`plot_lambda_statistics` plots: key -> an array of
+    (step, value) rows, sorted by step. Raises ValueError naming the log when it is empty or has none of ``keys``
+    (``diagnose`` calls it before its analysis, so that a bad ``--training-log`` changes nothing)."""
     if keys is None:
         keys = DIAGNOSTIC_KEYS
-    plt = _pyplot()
     rows = load_training_log(log)
+    where = "" if isinstance(log, (list, tuple)) else f" {log}"
     if not rows:
-        raise ValueError("the training log is empty")
+        raise ValueError(f"the training log{where} is empty")
     series = {}
     for key in keys:
         points = []
@@ -332,7 +328,20 @@ def plot_lambda_statistics(log, path=None, keys=None):
         if points:
             series[key] = np.array(sorted(points))
     if not series:
-        raise ValueError(f"the training log has none of the columns {', '.join(keys)}")
+        raise ValueError(f"the training log{where} has none of the columns {', '.join(keys)}")
+    return series
+
+
+def plot_lambda_statistics(log, path=None, keys=None):
+    """The trainer's per-step WEINCE statistics against the step, one panel per statistic.
+
+    ``log``: a list of dicts, a run folder or its ``logs/metrics.csv`` (:func:`load_training_log`), with any of
+    ``lambda_mean``, ``lambda_above_half``, ``rho0``, ``delta_aic_mean``, ``beta_hat_mean`` (missing or empty
+    values are skipped; rows without a number for a key, e.g. evaluation rows, are ignored for it).
+    ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.DIAGNOSTIC_KEYS`).
+    """
+    series = lambda_series(log, keys)
+    plt = _pyplot()
     columns = min(3, len(series))
     lines = math.ceil(len(series) / columns)
     figure, axes = plt.subplots(lines, columns, figsize=(3.6 * columns, 2.8 * lines), squeeze=False)

@@ -20,7 +20,7 @@ from simcse_weince.provenance import versions
 from simcse_weince.text.columns import COLUMN_ROLES
 from simcse_weince.text.config import TrainConfig
 from simcse_weince.training.loop import TrainingRun
-from simcse_weince.training.runs import reporting_write_failures
+from simcse_weince.training.runs import record_run_files, reporting_write_failures
 from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince.config import WeinceConfig
@@ -129,6 +129,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
     staging = output_dir / EXPORT_STAGING
     kept = f"the last step's weights are in {last_checkpoint}: " if last_checkpoint is not None else ""
     after = f"the partial export is removed; {kept}free space, then run the same command with --resume to export"
+    record_run_files(output_dir, [EXPORT_STAGING])  # a partial export left by a kill is the run's, never pushed
     with run.timer.part("export"), reporting_write_failures(output_dir, staging, after):
         shutil.rmtree(staging, ignore_errors=True)
         model.save_sentence_transformer(staging)
@@ -176,10 +177,11 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
 
     with reporting_write_failures(output_dir, staging, after):
         # results.json marks a finished run (compare reads it): the model card goes first
+        record_run_files(output_dir, ["README.md"], kind="export")  # the model card
         write_model_card(output_dir, results)
         staging.mkdir()
         (staging / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-        _move_into(staging, output_dir)
+        _move_into(staging, output_dir)  # results.json: the exported model's scores and settings, pushed with it
     return results
 
 
@@ -206,8 +208,10 @@ def column_roles(columns: tuple[str, ...]) -> dict[str, str]:
     return dict(zip(columns, COLUMN_ROLES))
 
 
-def _move_into(staging: Path, output_dir: Path) -> None:
-    """Move every entry of ``staging`` into ``output_dir`` (renames on one file system), then drop ``staging``."""
+def _move_into(staging: Path, output_dir: Path, kind: str = "export") -> None:
+    """Move every entry of ``staging`` into ``output_dir`` (renames on one file system), then drop ``staging``;
+    each is recorded first in the run's manifest as ``kind`` ("export": the model that ``push`` uploads)."""
+    record_run_files(output_dir, sorted(entry.name for entry in staging.iterdir()), kind=kind)
     for entry in sorted(staging.iterdir()):
         target = output_dir / entry.name
         if target.is_dir() and not target.is_symlink():

@@ -44,6 +44,9 @@ from simcse_weince.training.tracking import (
 
 logger = logging.getLogger(__name__)
 
+#: the config fields naming files a run reads after its folder is claimed: --overwrite never moves them
+RUN_INPUTS = ("train_file", "data_dir")
+
 
 @dataclass(frozen=True)
 class LoopOptions:
@@ -161,7 +164,8 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
     )  # fmt: skip
     run = TrainingRun(config, accelerator, mixed_precision, output_dir, tensorboard_dropped, timer)
     task.check(run)
-    folder = RunFolder(output_dir, resume, overwrite, accelerator)
+    inputs = [value for value in (getattr(config, name, None) for name in RUN_INPUTS) if value]
+    folder = RunFolder(output_dir, resume, overwrite, accelerator, inputs)
     with folder.restore_on_failure():
         # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded ---------
         set_seed(config.seed)  # before the model: initialisations depend on it
@@ -172,9 +176,10 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
             fresh = state
             state = load_checkpoint(accelerator, folder.checkpoint)
             check_same_data(state, fresh, folder.checkpoint)
+            state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
             logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
             timer.restore(state)
-        folder.claim(config)
+        folder.claim(config, state["run_id"])
         run.state, run.start_step = state, state["step"]
         start_step, total_steps = run.start_step, run.total_steps
         loader = task.loader(run)

@@ -3,6 +3,9 @@
 Layout of ``<output_dir>``::
 
     training_config.yaml            the resolved config; marks the folder as one of our runs
+    run_files.json                  the run's manifest: its id and every top-level entry it wrote (its own files,
+                                    ``run``, and the exported model, ``export``), recorded before each is written
+    .simcse-weince.lock             held (flock) by the one process writing the folder
     checkpoints/step-0000062/       Accelerate state (model, optimizer, scheduler, RNG) + trainer_state.json
                                     + manifest.json (size and sha256 of every file), written to step-….tmp and
                                     renamed, so a kill mid-save leaves no half checkpoint
@@ -10,8 +13,10 @@ Layout of ``<output_dir>``::
 
 ``trainer_state.json`` has one schema for every trainer: ``step`` (optimizer updates done), ``history`` (one
 dict per step), ``train_seconds``, ``wall_seconds``, plus what a trainer adds (the text trainer's best dev
-step, the vision trainer's epoch). ``--overwrite`` keeps the earlier run aside until the new one has saved its
-first checkpoint; ``--resume`` verifies the checkpoint before loading it.
+step, the vision trainer's epoch) and ``run_id``, drawn at step 0: a checkpoint knows its run. ``--overwrite``
+moves the entries the earlier run's manifest lists aside until the new run has saved its first checkpoint, and
+nothing else: a file the user put in the folder, or an input of the new run, stays where it is. ``--resume``
+verifies the checkpoint and that it belongs to the run of its output folder before loading it.
 
 Trust: a run folder may come from someone else, so nothing in it is unpickled. Every pickle-format file
 (``.bin``/``.pkl``/``.pt``) is read with ``torch.load(weights_only=True)`` (tensors, numbers, numpy arrays) before
@@ -23,11 +28,16 @@ partial ``.tmp`` behind.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import logging
 import os
 import re
 import shutil
+import socket
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -43,6 +53,17 @@ MANIFEST = "manifest.json"  # sizes and sha256 of a checkpoint's files, checked 
 PREVIOUS_RUN_SUFFIX = ".previous-run"  # .<output_dir>.previous-run: the run --overwrite replaces, until replaced
 PICKLE_SUFFIXES = (".bin", ".pkl", ".pt")  # torch.save files: read only with weights_only=True
 RNG_STATE_GLOB = "random_states_*.pkl"  # Accelerate's per-process RNG states
+RUN_MANIFEST = "run_files.json"  # the run's id and the top-level entries it wrote
+LOCK_FILE = ".simcse-weince.lock"  # one writer per output folder
+#: what every run writes at the top of its folder (recorded in its manifest at the claim)
+RUN_ENTRIES = (CONFIG_FILE, CHECKPOINTS, "logs", "results.json")
+#: the names a text run's export writes (a SentenceTransformer folder and its card): a folder without a manifest
+#: (an earlier release's run) is taken to own these and RUN_ENTRIES; a user's file of such a name is in the way
+EXPORT_PATTERNS = (
+    "README.md", "modules.json", "config*.json", "sentence_bert_config.json", "model.safetensors", "*.bin",
+    "tokenizer*", "vocab.txt", "merges.txt", "sentencepiece*.model", "spiece.model", "special_tokens_map.json",
+    "added_tokens.json", "[0-9]_*", ".export.tmp", ".export-staging",
+)  # fmt: skip
 
 
 class WriteError(RuntimeError):
@@ -59,34 +80,250 @@ def _unreadable(path: Path, error: Exception) -> str:
 
 
 def new_trainer_state(**extra) -> dict:
-    """The trainer state of a run at step 0 (the schema every trainer saves in ``trainer_state.json``)."""
+    """The trainer state of a run at step 0 (the schema every trainer saves in ``trainer_state.json``); its
+    ``run_id`` ties every checkpoint to the run (and output folder) that saved it."""
     # model_flops: the steps' model FLOPs so far (training/flops.py); a checkpoint of an earlier release lacks it
-    return {"step": 0, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, "model_flops": 0, **extra}
+    return {"step": 0, "history": [], "train_seconds": 0.0, "wall_seconds": 0.0, "model_flops": 0,
+            "run_id": uuid.uuid4().hex, **extra}  # fmt: skip
 
 
 def previous_run_dir(output_dir: Path) -> Path:
-    """Where ``--overwrite`` keeps the earlier run until the new one has saved its first checkpoint (a sibling,
-    so the move is a rename on the same file system)."""
+    """Where ``--overwrite`` keeps the earlier run's entries until the new one has saved its first checkpoint (a
+    sibling, so each move is a rename on the same file system)."""
     return output_dir.with_name(f".{output_dir.name}{PREVIOUS_RUN_SUFFIX}")
 
 
-def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool) -> Path | None:
+# ------------------------------------------------------------------------------------- the run's manifest
+
+
+def _entries(output_dir: Path) -> list[str]:
+    """The names at the top of a folder, but for the lock (which belongs to whoever writes it now)."""
+    if not output_dir.is_dir():
+        return []
+    return sorted(entry.name for entry in output_dir.iterdir() if entry.name != LOCK_FILE)
+
+
+def read_run_manifest(output_dir: Path) -> dict | None:
+    """The folder's ``run_files.json`` (``run_id``, ``files``: name -> "run" | "export"), or None without one."""
+    path = Path(output_dir) / RUN_MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(manifest.get("files"), dict):
+            raise ValueError("no files")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"the run manifest {path} is unreadable ({error}); restore it or start a new run") from None
+    return manifest
+
+
+def _write_run_manifest(output_dir: Path, manifest: dict) -> None:
+    staging = output_dir / f".{RUN_MANIFEST}.tmp"
+    staging.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.replace(staging, output_dir / RUN_MANIFEST)
+
+
+def record_run_files(output_dir: Path, names, *, kind: str = "run") -> None:
+    """Add top-level entries to the run's manifest before they are written (main process): ``kind`` "run" (the
+    run's own files) or "export" (the model ``push`` uploads). ``--overwrite`` moves only these aside."""
+    manifest = read_run_manifest(output_dir) or {"format": 1, "run_id": None, "files": {}}
+    added = {name: kind for name in names if manifest["files"].get(name) != kind}
+    if added:
+        manifest["files"].update(added)
+        _write_run_manifest(output_dir, manifest)
+
+
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def run_files(output_dir: Path) -> dict[str, str]:
+    """The top-level entries the folder's run wrote (name -> "run" | "export"). A run of an earlier release (no
+    manifest) is taken to own the names every run writes (RUN_ENTRIES, EXPORT_PATTERNS)."""
+    manifest = read_run_manifest(output_dir)
+    if manifest is not None:
+        return {**manifest["files"], RUN_MANIFEST: "run"}
+    if not (output_dir / CONFIG_FILE).is_file():
+        return {}
+    return {
+        name: "run" if name in RUN_ENTRIES else "export"
+        for name in _entries(output_dir)
+        if name in RUN_ENTRIES or _matches(name, EXPORT_PATTERNS)
+    }
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _input_entries(output_dir: Path, inputs) -> dict[str, Path]:
+    """Top-level entries of ``output_dir`` that hold an input of the new run (name -> the input)."""
+    root = output_dir.resolve()
+    held = {}
+    for given in inputs:
+        path = Path(given).expanduser().resolve()
+        if _inside(path, root) and path != root:
+            held[path.relative_to(root).parts[0]] = Path(given)
+    return held
+
+
+# ------------------------------------------------------------------------------------------- one writer
+
+
+class OutputLock:
+    """One writer per output folder: ``.simcse-weince.lock`` inside it, held with ``flock`` by the process that
+    writes the folder, and naming it (pid, host, start time, command). The kernel releases a ``flock`` when its
+    process ends however it ends, so a lock file left by a dead process is not a lock: the next run takes it over
+    and says whose it was. Where the file system has no ``flock``, the file itself is the lock and a file naming a
+    process of this host that no longer runs is taken over the same way."""
+
+    def __init__(self, output_dir: Path):
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / LOCK_FILE
+        self._handle = None
+        self._created: list[Path] = []  # the folders acquire() made (removed again when the run leaves nothing)
+
+    def acquire(self) -> OutputLock:
+        if self.output_dir.exists() and not self.output_dir.is_dir():
+            raise FileExistsError(f"output directory {self.output_dir} is a file; choose another --output-dir")
+        missing = self.output_dir
+        while not missing.exists() and missing != missing.parent:
+            self._created.append(missing)
+            missing = missing.parent
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            import fcntl
+        except ImportError:  # no flock on this platform: the file itself is the lock
+            fcntl = None
+        while True:
+            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held open while the run writes
+            try:
+                if fcntl is not None:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                elif self._held_by_a_live_process(handle):
+                    raise BlockingIOError
+            except BlockingIOError:
+                holder = self._holder(handle)
+                handle.close()
+                self._remove_created()
+                raise FileExistsError(
+                    f"output directory {self.output_dir} is in use by another run ({holder}; lock {self.path}): "
+                    f"wait for it to end or choose another --output-dir"
+                ) from None
+            except OSError as error:  # the file system has no flock (some network mounts): the file is the lock
+                handle.close()
+                logger.warning("cannot flock %s (%s): the lock file alone guards the folder", self.path, error)
+                fcntl = None
+                continue
+            if not self.path.exists() or os.stat(self.path).st_ino != os.fstat(handle.fileno()).st_ino:
+                handle.close()  # the holder removed the file as we locked it: lock the one there now
+                continue
+            break
+        stale = self._holder(handle, default=None)
+        if stale is not None:
+            logger.warning("took over the lock of %s left in %s: that process has ended", stale, self.output_dir)
+        handle.seek(0)
+        handle.truncate()
+        started = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
+        command = " ".join(sys.argv)[:300]
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started,
+                                 "command": command}))  # fmt: skip
+        handle.flush()
+        self._handle = handle
+        return self
+
+    @staticmethod
+    def _holder(handle, default: str | None = "a process that did not say who it is") -> str | None:
+        handle.seek(0)
+        try:
+            holder = json.loads(handle.read() or "null")
+            return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: {holder['command']}"
+        except (ValueError, KeyError, TypeError):
+            return default
+
+    @staticmethod
+    def _held_by_a_live_process(handle) -> bool:
+        handle.seek(0)
+        try:
+            holder = json.loads(handle.read() or "null")
+            pid, host = int(holder["pid"]), holder["host"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        if host != socket.gethostname():
+            return True  # another host's process cannot be checked from here: only its owner can remove the file
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def release(self, *, remove_empty: bool = False) -> None:
+        """Unlock (the file goes first, so no one locks a file about to vanish). ``remove_empty``: a start that
+        wrote nothing also removes the folders it made."""
+        if self._handle is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        self._handle.close()
+        self._handle = None
+        if remove_empty:
+            self._remove_created()
+
+    def _remove_created(self) -> None:
+        for folder in self._created:  # the output folder first, then the parents it needed
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+
+
+# -------------------------------------------------------------------------------------------- the folder
+
+
+def _check_checkpoint_belongs(checkpoint: Path, output_dir: Path) -> None:
+    """``--resume``: a checkpoint continues the run that saved it, in its own output folder; refuse, naming
+    both runs, a checkpoint of another folder or of another run (an id drawn at step 0, in every checkpoint and in
+    the folder's manifest)."""
+    state_path = checkpoint / TRAINER_STATE
+    try:
+        checkpoint_run = json.loads(state_path.read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        checkpoint_run = None  # damaged: verify_checkpoint names the file
+    manifest = read_run_manifest(output_dir) or {}
+    folder_run = manifest.get("run_id")
+    home = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+    own = f"resume {output_dir} from its own checkpoints (--resume, or --resume {output_dir / CHECKPOINTS}/step-N)"
+    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():
+        raise ValueError(
+            f"--resume: checkpoint {checkpoint} belongs to the run in {home} (run {checkpoint_run or 'unrecorded'}), "
+            f"not to the run in {output_dir} (run {folder_run or 'unrecorded'}): {own}, or continue the other run "
+            f"with --output-dir {home} --resume"
+        )
+    if checkpoint_run and folder_run and checkpoint_run != folder_run:
+        raise ValueError(
+            f"--resume: checkpoint {checkpoint} was saved by run {checkpoint_run}, but {output_dir} holds run "
+            f"{folder_run} ({output_dir / RUN_MANIFEST}): it was copied in from another run; {own}"
+        )
+
+
+def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool, inputs=()) -> Path | None:
     """Check the output directory; return the (verified) checkpoint to resume from (None for a fresh start).
 
     Touches nothing: the folder is claimed by :func:`claim_output_dir` once every input has loaded. Even with
     ``overwrite`` only a folder holding one of our runs (marked by its training_config.yaml) or an empty folder
-    may be replaced.
+    may be replaced, and only the entries its run wrote are: a file of the user's at a name the new run writes
+    is in the way, and refused by name. ``inputs``: the files the new run reads after the claim.
     """
     has_run = (output_dir / CONFIG_FILE).is_file()
-    non_empty = output_dir.is_dir() and any(output_dir.iterdir())
+    non_empty = bool(_entries(output_dir))
     if output_dir.exists() and not output_dir.is_dir():
         raise FileExistsError(f"output directory {output_dir} is a file; choose another --output-dir")
     previous = previous_run_dir(output_dir)
     if previous.exists():
         raise FileExistsError(
             f"{previous} holds the earlier run of {output_dir}, kept aside by an --overwrite start that stopped "
-            f"before its first checkpoint; restore it (rm -rf {output_dir} && mv {previous} {output_dir}) or "
-            f"delete it, then start again"
+            f"before its first checkpoint; restore it (move what it holds back into {output_dir}, then rmdir "
+            f"{previous}) or delete it, then start again"
         )
     if resume:
         if not has_run:
@@ -95,10 +332,13 @@ def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool)
             checkpoint = newest_intact_checkpoint(output_dir)
             if checkpoint is None and is_main:
                 logger.warning("--resume: no checkpoint in %s yet; starting from step 0", output_dir / CHECKPOINTS)
+            if checkpoint is not None:
+                _check_checkpoint_belongs(checkpoint, output_dir)
             return checkpoint
         checkpoint = Path(resume).expanduser()
         if not checkpoint.is_dir():
             raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
+        _check_checkpoint_belongs(checkpoint, output_dir)
         problems = verify_checkpoint(checkpoint)
         if problems:
             intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
@@ -120,19 +360,56 @@ def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool)
             f"output directory {output_dir} holds files that are not a simcse-weince run; refusing to delete them "
             f"even with --overwrite: choose another --output-dir"
         )
+    if non_empty:
+        owned = run_files(output_dir)
+        held = _input_entries(output_dir, inputs)
+        in_the_way = [
+            name
+            for name in _entries(output_dir)
+            if (name not in owned or name in held) and (name in RUN_ENTRIES or _matches(name, EXPORT_PATTERNS))
+        ]
+        if in_the_way:
+            raise FileExistsError(
+                f"--overwrite: {', '.join(str(output_dir / name) for name in in_the_way)} "
+                f"{'was' if len(in_the_way) == 1 else 'were'} not written by the run in {output_dir} (or "
+                f"{'is an input' if len(in_the_way) == 1 else 'are inputs'} of the new run) and the new run would "
+                f"write there; move {'it' if len(in_the_way) == 1 else 'them'} elsewhere or choose another --output-dir"
+            )
     return None
 
 
-def claim_output_dir(output_dir: Path, resume) -> Path | None:
+def claim_output_dir(output_dir: Path, resume, inputs=(), run_id: str | None = None) -> Path | None:
     """Make the output folder the new run's (main process, once every input has loaded and the resume
-    checkpoint is in memory). An earlier run replaced with ``--overwrite`` is moved aside, not deleted; it is
-    returned, and deleted by the first :func:`save_checkpoint` or at the end of training. A start that fails
-    before then puts it back (:func:`restore_previous_run`)."""
+    checkpoint is in memory) and write its manifest. With an earlier run there (``--overwrite``), the entries
+    its manifest lists are moved aside, not deleted, into :func:`previous_run_dir`, which is returned; it is
+    deleted by the first :func:`save_checkpoint` or at the end of training, and a start that fails before then
+    puts the entries back (:func:`restore_previous_run`). Entries that no run wrote, and those holding an input of
+    the new run (``inputs``), stay where they are, named in a warning."""
     previous = None
-    if not resume and output_dir.is_dir() and any(output_dir.iterdir()):
-        previous = previous_run_dir(output_dir)
-        os.replace(output_dir, previous)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        manifest = read_run_manifest(output_dir)
+        if manifest is None:  # a run of an earlier release: what it wrote is what every run writes
+            manifest = {"format": 1, "run_id": run_id, "files": run_files(output_dir)}
+        manifest["run_id"] = manifest.get("run_id") or run_id
+        manifest["files"].update({name: "run" for name in RUN_ENTRIES if name not in manifest["files"]})
+        _write_run_manifest(output_dir, manifest)
+        return None
+    if _entries(output_dir):
+        owned, held = run_files(output_dir), _input_entries(output_dir, inputs)
+        previous = previous_run_dir(output_dir)
+        previous.mkdir()
+        for name in _entries(output_dir):
+            if name in owned and name not in held:
+                os.replace(output_dir / name, previous / name)
+        left = {name: held.get(name) for name in _entries(output_dir)}
+        if left:
+            logger.warning(
+                "--overwrite replaced the earlier run in %s and left what it did not write: %s",
+                output_dir,
+                ", ".join(f"{name} (holds the input {held[name]})" if held.get(name) else name for name in left),
+            )
+    _write_run_manifest(output_dir, {"format": 1, "run_id": run_id, "files": dict.fromkeys(RUN_ENTRIES, "run")})
     return previous
 
 
@@ -141,13 +418,25 @@ def release_previous_run(output_dir: Path) -> None:
     shutil.rmtree(previous_run_dir(output_dir), ignore_errors=True)
 
 
+def _remove_run_entries(output_dir: Path) -> None:
+    """Remove what the folder's run wrote (its manifest's entries), nothing else."""
+    for name in run_files(output_dir):
+        path = output_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def restore_previous_run(output_dir: Path) -> bool:
     """Put back the run that a failed ``--overwrite`` start moved aside; True when there was one."""
     previous = previous_run_dir(output_dir)
     if not previous.is_dir():
         return False
-    shutil.rmtree(output_dir, ignore_errors=True)
-    os.replace(previous, output_dir)
+    _remove_run_entries(output_dir)
+    for entry in sorted(previous.iterdir()):
+        os.replace(entry, output_dir / entry.name)
+    previous.rmdir()
     return True
 
 
@@ -461,33 +750,49 @@ def _check_tensors_only(path: Path) -> None:
 class RunFolder:
     """One run's output folder, as every trainer uses it (the functions above, in their order).
 
-    ``RunFolder(output_dir, resume, overwrite, accelerator)`` checks the folder and picks the checkpoint to resume
-    from (``.checkpoint``; None for a fresh start) and touches nothing. Inside ``with run.restore_on_failure():``
-    the trainer loads its inputs, then calls :meth:`claim` (an earlier run replaced with ``--overwrite`` is moved
-    aside and the config is written); if the new run fails before its first checkpoint or export, the earlier
-    run is put back. :meth:`save_checkpoint` writes atomic checkpoints; :meth:`finish` drops the earlier run.
+    ``RunFolder(output_dir, resume, overwrite, accelerator, inputs)`` takes the folder's lock (:class:`OutputLock`:
+    a second process on the same folder is refused, naming the first), checks the folder and picks the checkpoint
+    to resume from (``.checkpoint``; None for a fresh start), and writes nothing else. Inside ``with
+    run.restore_on_failure():`` the trainer loads its inputs, then calls :meth:`claim` (the entries of an earlier
+    run replaced with ``--overwrite`` are moved aside, the manifest and the config are written); if the new run
+    fails before its first checkpoint or export, the earlier run is put back. :meth:`save_checkpoint` writes
+    atomic checkpoints; :meth:`finish` drops the earlier run; leaving the block releases the lock.
+    ``inputs``: the files the run reads after the claim (its training file, data folder), which ``--overwrite``
+    never moves.
     """
 
-    def __init__(self, output_dir, resume, overwrite: bool, accelerator):
+    def __init__(self, output_dir, resume, overwrite: bool, accelerator, inputs=()):
         self.output_dir = Path(output_dir).expanduser()
-        self.resume, self.accelerator = resume, accelerator
-        self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, accelerator.is_main_process)
+        self.resume, self.accelerator, self.inputs = resume, accelerator, tuple(inputs)
+        self._lock = None
+        self._found = None  # a fresh start's folder as found: None (not claimed), "absent" or "empty"
+        if accelerator.is_main_process:
+            found = "absent" if not self.output_dir.exists() else "empty" if not _entries(self.output_dir) else None
+            self._lock = OutputLock(self.output_dir).acquire()  # before anything else is written
+            try:
+                self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, True, self.inputs)
+            except BaseException:
+                self._lock.release(remove_empty=True)
+                raise
+            self._found = None if resume else found
+        else:
+            self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, False, self.inputs)
         accelerator.wait_for_everyone()
         self._claimed = False  # an earlier run was moved aside (--overwrite)
-        self._found = None  # a fresh start's folder as found: None (not claimed), "absent" or "empty"
+        self._has_claimed = False  # the manifest and config were written
         self._started = False  # a checkpoint or the export has been written
 
     @property
     def checkpoints(self) -> Path:
         return self.output_dir / CHECKPOINTS
 
-    def claim(self, config) -> None:
-        """Every input has loaded: make the folder this run's and write its config (main process)."""
+    def claim(self, config, run_id: str | None = None) -> None:
+        """Every input has loaded: make the folder this run's (``run_id``: the trainer state's) and write its
+        manifest and config (main process)."""
 
         if self.accelerator.is_main_process:
-            if not self.resume:
-                self._found = "empty" if self.output_dir.is_dir() and not any(self.output_dir.iterdir()) else "absent"
-            self._claimed = claim_output_dir(self.output_dir, self.resume) is not None
+            self._claimed = claim_output_dir(self.output_dir, self.resume, self.inputs, run_id) is not None
+            self._has_claimed = True
             save_config(config, self.output_dir / CONFIG_FILE)
         self.accelerator.wait_for_everyone()
 
@@ -508,6 +813,7 @@ class RunFolder:
 
     @contextlib.contextmanager
     def restore_on_failure(self):
+        left_nothing = False
         try:
             yield self
         except BaseException:
@@ -519,15 +825,13 @@ class RunFolder:
                 # nothing of the run is worth keeping: leave the folder as it was found, so that the same command
                 # can run again (a half-made run would be refused as "already holds a simcse-weince run")
                 self._undo_fresh_start()
+                left_nothing = True
             raise
+        finally:
+            if self._lock is not None:
+                self._lock.release(remove_empty=left_nothing)
 
     def _undo_fresh_start(self) -> None:
-        if self._found == "absent":
-            shutil.rmtree(self.output_dir, ignore_errors=True)
-        else:
-            for child in list(self.output_dir.iterdir()):
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+        if self._has_claimed:
+            _remove_run_entries(self.output_dir)  # only what the run wrote: a file put there meanwhile stays
         logger.info("the run stopped before its first checkpoint; %s is left as it was found", self.output_dir)
