@@ -1,4 +1,4 @@
-"""The text trainer's data, tokenised once and dynamically padded: SimCSE's one-sentence-per-line corpus, or a
+"""The text trainer's data, tokenised batch by batch as the loader draws it and dynamically padded: SimCSE's one-sentence-per-line corpus, or a
 table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
 :class:`~simcse_weince.training.batches.StepBatchSampler`."""
 
@@ -158,6 +158,29 @@ class PaddingCollator:
             batch[name] = pad_sequence([torch.tensor(value) for value in values], batch_first=True,
                                        padding_value=padding)  # fmt: skip
         return batch
+
+
+class TokenizingCollator:
+    """Tokenises a batch's rows as the loader draws them (truncated to ``max_length``) and pads them to the batch's
+    longest sentence, on the right: the training data need no tokenising pass before the first step (a 1M-line corpus
+    starts in seconds, docs/training.md). The same tensors as :func:`tokenize` followed by :class:`PaddingCollator`,
+    bit for bit; rows of several columns are stacked column by column, as there.
+
+    Args:
+        tokenizer: a 🤗 tokenizer with a pad token.
+        max_length: tokens per sentence, special tokens included.
+        columns: the text columns of a row, in role order (anchor, positive, hard negative).
+    """
+
+    def __init__(self, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
+        self.tokenizer, self.max_length, self.columns = tokenizer, max_length, tuple(columns)
+
+    def __call__(self, rows: list[dict]) -> dict:
+        texts = [row[name] for name in self.columns for row in rows]  # column-major: c * N .. (c + 1) * N - 1
+        # padding_side: the trainer trims trailing padding (trim_trailing_padding), whatever the tokenizer's default
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding="longest",
+                                 padding_side="right", return_tensors="pt")  # fmt: skip
+        return dict(encoded)
 
 
 def trim_trailing_padding(inputs: dict) -> dict:
