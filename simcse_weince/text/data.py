@@ -5,6 +5,7 @@ table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -81,8 +82,14 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if path.stat().st_size == 0:
         raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
+    start = time.perf_counter()
+    prepared_before = _text_dataset_is_cached(path)
     dataset = load_dataset("text", data_files=str(path), split="train")
     sentences = dataset.filter(lambda batch: [has_visible_character(text) for text in batch["text"]], batched=True)
+    if prepared_before:
+        logger.info("reused the prepared lines of %s from the datasets cache", path)
+    else:  # also where the cache could not be looked up: a preparation is never hidden
+        logger.info("prepared %d lines of %s in %.1f s (datasets cache)", len(dataset), path, time.perf_counter() - start)
     skipped = len(dataset) - len(sentences)
     if len(sentences) == 0:
         raise ValueError(
@@ -92,6 +99,18 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if max_train_samples is not None:
         sentences = sentences.select(range(min(max_train_samples, len(sentences))))
     return sentences, skipped
+
+
+def _text_dataset_is_cached(path: Path) -> bool:
+    """Whether 🤗 datasets holds ``path`` read already (an earlier run, or the machine's main process of this one):
+    its builder's cache folder is complete. False where that cannot be looked up (another datasets release)."""
+    try:
+        from datasets import load_dataset_builder
+
+        folder = Path(load_dataset_builder("text", data_files=str(path)).cache_dir)
+        return (folder / "dataset_info.json").is_file()
+    except Exception:  # the lookup goes below load_dataset; any failure only means "not known to be cached"
+        return False
 
 
 def _check_training_file(path: Path) -> None:
