@@ -185,6 +185,10 @@ def rehearse(args) -> dict:
         "setup_seconds": results.get("setup_seconds"),
         "seconds_per_step": seconds_per_step, "sentences_per_second": batch_size / seconds_per_step,
         "mfu": results.get("mfu"), "peak_flops_per_second": results.get("peak_flops_per_second"),
+        # model FLOPs of one sentence's two views, forward and backward, on its real tokens: a GPU's cost per epoch
+        # is this times the corpus over (peak x MFU)
+        "model_flops_per_sentence": (results["model_flops_per_second"] * results["train_seconds"]
+                                     / (len(history) * batch_size)) if results.get("model_flops_per_second") else None,
         "peak_rss_bytes": peak_rss,
         # one process per machine reads the corpus; the others (and any later run) reuse the datasets cache
         "preparations": sum(line.startswith(PREPARED) for line in stderr.splitlines()),
@@ -213,7 +217,13 @@ def report_lines(report: dict) -> list[str]:
         f"time to first step (first run, cold cache): {report['time_to_first_step_seconds']:.1f} s",
         f"s/step: {report['seconds_per_step']:.3f}",
         f"sentences/s: {report['sentences_per_second']:.1f}",
-        f"MFU: {mfu}",
+        f"MFU: {mfu}"
+        + (
+            f" ({report['model_flops_per_sentence'] / 1e9:.2f} GFLOP per sentence, "
+            f"peak {report['peak_flops_per_second'] / 1e12:.2f} TFLOP/s)"
+            if report.get("model_flops_per_sentence")
+            else ""
+        ),
         f"peak RSS: {report['peak_rss_bytes'] / 2**30:.2f} GiB",
         f"data preparations: {report['preparations']} (reused by {report['reuses']} process(es))",
         f"resumed losses equal uninterrupted: {resumed}",

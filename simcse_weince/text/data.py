@@ -1,5 +1,5 @@
-"""The text trainer's data, tokenised batch by batch as the loader draws it and dynamically padded: SimCSE's one-sentence-per-line corpus, or a
-table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
+"""The text trainer's data, tokenised batch by batch as the loader draws it and dynamically padded: SimCSE's
+one-sentence-per-line corpus, or a table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
 :class:`~simcse_weince.training.batches.StepBatchSampler`."""
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if prepared_before:
         logger.info("reused the prepared lines of %s from the datasets cache", path)
     else:  # also where the cache could not be looked up: a preparation is never hidden
-        logger.info("prepared %d lines of %s in %.1f s (datasets cache)", len(dataset), path, time.perf_counter() - start)
+        logger.info(
+            "prepared %d lines of %s in %.1f s (datasets cache)", len(dataset), path, time.perf_counter() - start
+        )
     skipped = len(dataset) - len(sentences)
     if len(sentences) == 0:
         raise ValueError(
@@ -138,8 +140,9 @@ def load_training_data(path: Path, max_train_samples: int | None = None):
 
 
 def tokenize(sentences, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
-    """Token ids of every sentence (truncated, unpadded), computed once before training. With several columns a
-    row's ids are a list of one id list per column (the collator stacks them column by column)."""
+    """Token ids of every sentence (truncated, unpadded), all rows up front: the trainer's path before it tokenised
+    batch by batch (:class:`TokenizingCollator`, tested against this with :class:`PaddingCollator`). With several
+    columns a row's ids are a list of one id list per column (the collator stacks them column by column)."""
     if len(columns) == 1:
         return sentences.map(
             lambda batch: tokenizer(batch[columns[0]], truncation=True, max_length=max_length),
