@@ -72,7 +72,9 @@ def _check(report: dict, steps: int, checkpoint_step: int) -> None:
 
 
 def test_small_rehearsal_two_processes_prepare_once_and_resume_exactly(tmp_path, data_dir):
-    _check(_rehearse(tmp_path, data_dir, "--lines", "3000", "--steps", "4", "--checkpoint-step", "2"), 4, 2)
+    # one loader worker per process: batches tokenised in another process, as device_check.sh runs it on a GPU
+    flags = ("--lines", "3000", "--steps", "4", "--checkpoint-step", "2", "--num-workers", "1")
+    _check(_rehearse(tmp_path, data_dir, *flags), 4, 2)
 
 
 @pytest.mark.slow

@@ -144,8 +144,9 @@ def rehearse(args) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     corpus = write_corpus(work / "wiki_rehearsal.txt", resolve_data_dir(args.data_dir), args.lines)
     model = write_model(work / f"bert-{args.model_size}", args.model_size, args.tokenizer)
+    # TOKENIZERS_PARALLELISM: a batch is tokenised in one call of 64 lines; loader workers are forked processes
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               HF_DATASETS_CACHE=str(work / "datasets-cache"))  # fmt: skip
+               HF_DATASETS_CACHE=str(work / "datasets-cache"), TOKENIZERS_PARALLELISM="false")  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     checkpoint_step = args.checkpoint_step or max(1, args.steps // 2)
 
@@ -205,7 +206,7 @@ def rehearse(args) -> dict:
 
 
 def report_lines(report: dict) -> list[str]:
-    mfu = f"{100 * report['mfu']:.1f}%" if report.get("mfu") else "n/a"
+    mfu = f"{100 * report['mfu']:.3g}%" if report.get("mfu") else "n/a"
     resumed = (
         "not checked (--skip-resume)" if report["resumed_losses_equal"] is None
         else f"{'yes' if report['resumed_losses_equal'] else 'NO'} (resumed from step {report['resumed_from_step']}, "
