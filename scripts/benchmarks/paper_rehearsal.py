@@ -89,32 +89,34 @@ def first_logged_step(output_dir: Path) -> bool:
     return any(line.split(",", 1)[0].isdigit() for line in path.read_text().splitlines()[1:])
 
 
-def launch(args, train_args: list[str], env: dict) -> subprocess.Popen:
-    """``simcse-weince train`` on ``args.processes`` processes, in a new session (killed as a group)."""
+def launch(args, train_args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    """``simcse-weince train`` on ``args.processes`` processes, in a new session (killed as a group), its output
+    in ``log``: a file, not a pipe, which a 1M-line progress bar would fill and block while the run is polled."""
     if args.processes > 1:
         prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                   str(args.processes), "-m", "simcse_weince.cli"]  # fmt: skip
     else:
         prefix = [sys.executable, "-m", "simcse_weince.cli"]
-    return subprocess.Popen(
-        [*prefix, "train", *train_args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    with log.open("w", encoding="utf-8") as output:
+        return subprocess.Popen(
+            [*prefix, "train", *train_args], env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def run_to_end(args, train_args: list[str], env: dict, what: str) -> dict:
     """Run to the end; the seconds from launch to the first logged step, the stderr and the peak RSS so far."""
     started = time.perf_counter()
-    process = launch(args, train_args, env)
     output_dir = Path(train_args[train_args.index("--output-dir") + 1])
+    log = output_dir.with_name(f"{what}.log")
+    process = launch(args, train_args, env, log)
     first_step = None
     while process.poll() is None:
         if first_step is None and first_logged_step(output_dir):
             first_step = time.perf_counter() - started
         time.sleep(0.05)
-    _, stderr = process.communicate()
+    stderr = log.read_text(encoding="utf-8", errors="replace")
     if process.returncode != 0:
-        raise SystemExit(f"the {what} run failed (exit {process.returncode}):\n{stderr[-4000:]}")
+        raise SystemExit(f"the {what} run failed (exit {process.returncode}), {log}:\n{stderr[-4000:]}")
     if first_step is None:  # the run ended between two polls
         first_step = time.perf_counter() - started
     return {"first_step_seconds": first_step, "stderr": stderr, "seconds": time.perf_counter() - started}
@@ -122,17 +124,19 @@ def run_to_end(args, train_args: list[str], env: dict, what: str) -> dict:
 
 def run_and_kill(args, train_args: list[str], env: dict) -> Path:
     """Run until a checkpoint is on disk, then SIGKILL the whole process group; the checkpoint."""
-    process = launch(args, train_args, env)
-    checkpoints = Path(train_args[train_args.index("--output-dir") + 1]) / "checkpoints"
+    output_dir = Path(train_args[train_args.index("--output-dir") + 1])
+    log = output_dir.with_name("killed.log")
+    process = launch(args, train_args, env, log)
+    checkpoints = output_dir / "checkpoints"
     while True:
         saved = sorted(checkpoints.glob("step-*[0-9]")) if checkpoints.is_dir() else []
         if saved:
             os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            process.wait()
             return saved[-1]
         if process.poll() is not None:
-            stderr = process.communicate()[1]
-            raise SystemExit(f"the interrupted run ended (exit {process.returncode}) before a checkpoint:\n"
+            stderr = log.read_text(encoding="utf-8", errors="replace")
+            raise SystemExit(f"the interrupted run ended (exit {process.returncode}) before a checkpoint, {log}:\n"
                              f"{stderr[-4000:]}")  # fmt: skip
         time.sleep(0.02)
 
