@@ -72,8 +72,10 @@ def _check(report: dict, steps: int, checkpoint_step: int) -> None:
 
 
 def test_small_rehearsal_two_processes_prepare_once_and_resume_exactly(tmp_path, data_dir):
-    # one loader worker per process: batches tokenised in another process, as device_check.sh runs it on a GPU
-    flags = ("--lines", "3000", "--steps", "4", "--checkpoint-step", "2", "--num-workers", "1")
+    # one loader worker per process: batches tokenised in another process, as device_check.sh runs it on a GPU.
+    # 200,000 lines take the first process long enough to prepare that a second one not made to wait would
+    # start preparing them too (3,000 lines were done before it looked)
+    flags = ("--lines", "200000", "--steps", "4", "--checkpoint-step", "2", "--num-workers", "1")
     _check(_rehearse(tmp_path, data_dir, *flags), 4, 2)
 
 

@@ -82,11 +82,13 @@ def write_model(folder: Path, size: str, tokenizer_path: str | None = None) -> P
     return folder
 
 
-def first_logged_step(output_dir: Path) -> bool:
+def logged_step_after(output_dir: Path, step: int) -> bool:
+    """Whether ``logs/metrics.csv`` has a row of a step after ``step`` (a resumed run keeps its earlier rows)."""
     path = output_dir / "logs" / "metrics.csv"
     if not path.is_file():
         return False
-    return any(line.split(",", 1)[0].isdigit() for line in path.read_text().splitlines()[1:])
+    steps = [line.split(",", 1)[0] for line in path.read_text().splitlines()[1:]]
+    return any(int(value) > step for value in steps if value.isdigit())
 
 
 def launch(args, train_args: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -103,15 +105,15 @@ def launch(args, train_args: list[str], env: dict, log: Path) -> subprocess.Pope
         )
 
 
-def run_to_end(args, train_args: list[str], env: dict, what: str) -> dict:
-    """Run to the end; the seconds from launch to the first logged step, the stderr and the peak RSS so far."""
+def run_to_end(args, train_args: list[str], env: dict, what: str, after_step: int = 0) -> dict:
+    """Run to the end; the seconds from launch to the first step after ``after_step`` and the run's output."""
     started = time.perf_counter()
     output_dir = Path(train_args[train_args.index("--output-dir") + 1])
     log = output_dir.with_name(f"{what}.log")
     process = launch(args, train_args, env, log)
     first_step = None
     while process.poll() is None:
-        if first_step is None and first_logged_step(output_dir):
+        if first_step is None and logged_step_after(output_dir, after_step):
             first_step = time.perf_counter() - started
         time.sleep(0.05)
     stderr = log.read_text(encoding="utf-8", errors="replace")
@@ -171,9 +173,9 @@ def rehearse(args) -> dict:
     resumed, resumed_from, resumed_losses = {"first_step_seconds": None}, None, {}
     if not args.skip_resume:
         checkpoint = run_and_kill(args, train_args("resumed"), env)
-        resumed = run_to_end(args, [*train_args("resumed"), "--resume"], env, "resumed")
-        resumed_results = json.loads((work / "resumed" / "results.json").read_text())
         resumed_from = int(checkpoint.name.split("-")[1])
+        resumed = run_to_end(args, [*train_args("resumed"), "--resume"], env, "resumed", after_step=resumed_from)
+        resumed_results = json.loads((work / "resumed" / "results.json").read_text())
         resumed_losses = {entry["step"]: entry["loss"] for entry in resumed_results["history"]
                           if entry["step"] > resumed_from}  # fmt: skip
     seconds_per_step = (
