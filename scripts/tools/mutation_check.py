@@ -488,6 +488,19 @@ MUTATIONS = (
         ("tests/test_bad_inputs.py", "-k", "fifo-train or socket-train or directory-train"),
         "issue 24.5: the message must say what the path is",
     ),
+    # ---- issue 57: tokenised batch by batch, data prepared once per machine
+    Mutation(
+        "data: batches tokenised when drawn are padded on the tokenizer's side", "simcse_weince/text/data.py",
+        (('padding="longest",\n                                 padding_side="right",', 'padding="longest",'),),
+        ("tests/test_paper_rehearsal.py", "-k", "batches_tokenised"),
+        "issue 57: a left-padding tokenizer would shift every position the trainer trims",
+    ),
+    Mutation(
+        "data: every process of a launch reads and prepares the corpus itself", TRAIN,
+        (("with accelerator.local_main_process_first() if accelerator is not None", "with contextlib.nullcontext() if True"),),  # noqa: E501
+        ("tests/test_paper_rehearsal.py", "-k", "small_rehearsal"),
+        "issue 57: 8 processes of a node each spent minutes preparing the same 1M lines",
+    ),
     # ---- issue 25: supervised training files; issue 23: one logit, lazy exports
     Mutation(
         "columns: a header's positions looked up with the spaces the check stripped", "simcse_weince/text/columns.py",

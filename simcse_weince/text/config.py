@@ -116,7 +116,7 @@ class TrainConfig:
     save_total_limit: int = 1  # step checkpoints kept, >= 1 (the best model is kept separately)
     logging_steps: int = 1
     report_to: tuple[str, ...] = ("csv", "tensorboard")
-    num_workers: int = 0  # DataLoader workers (tokenisation happens once, up front)
+    num_workers: int = 0  # DataLoader workers: they tokenise the next batches while a step runs (worth it on a GPU)
     output_dir: str = "runs/simcse-weince"
 
     def __post_init__(self) -> None:

@@ -1,10 +1,11 @@
-"""The text trainer's data, tokenised once and dynamically padded: SimCSE's one-sentence-per-line corpus, or a
-table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
+"""The text trainer's data, tokenised batch by batch as the loader draws it and dynamically padded: SimCSE's
+one-sentence-per-line corpus, or a table of pairs / triplets (:mod:`simcse_weince.text.columns`). Batches come from
 :class:`~simcse_weince.training.batches.StepBatchSampler`."""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import torch
@@ -82,8 +83,16 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if path.stat().st_size == 0:
         raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
+    start = time.perf_counter()
+    prepared_before = _text_dataset_is_cached(path)
     dataset = load_dataset("text", data_files=str(path), split="train")
     sentences = dataset.filter(lambda batch: [has_visible_character(text) for text in batch["text"]], batched=True)
+    if prepared_before:
+        logger.info("reused the prepared lines of %s from the datasets cache", path)
+    else:  # also where the cache could not be looked up: a preparation is never hidden
+        logger.info(
+            "prepared %d lines of %s in %.1f s (datasets cache)", len(dataset), path, time.perf_counter() - start
+        )
     skipped = len(dataset) - len(sentences)
     if len(sentences) == 0:
         raise ValueError(
@@ -93,6 +102,18 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     if max_train_samples is not None:
         sentences = sentences.select(range(min(max_train_samples, len(sentences))))
     return sentences, skipped
+
+
+def _text_dataset_is_cached(path: Path) -> bool:
+    """Whether 🤗 datasets holds ``path`` read already (an earlier run, or the machine's main process of this one):
+    its builder's cache folder is complete. False where that cannot be looked up (another datasets release)."""
+    try:
+        from datasets import load_dataset_builder
+
+        folder = Path(load_dataset_builder("text", data_files=str(path)).cache_dir)
+        return (folder / "dataset_info.json").is_file()
+    except Exception:  # the lookup goes below load_dataset; any failure only means "not known to be cached"
+        return False
 
 
 def _check_training_file(path: Path) -> None:
@@ -120,9 +141,10 @@ def load_training_data(path: Path, max_train_samples: int | None = None):
 
 
 def tokenize(sentences, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
-    """Token ids of every sentence (truncated, unpadded), computed once before training. With several columns a
-    row's ids are a list of one id list per column (the collator stacks them column by column). A row the tokenizer
-    left longer than ``max_length`` is refused (:func:`~simcse_weince.encoder_checks.check_truncated`)."""
+    """Token ids of every sentence (truncated, unpadded), all rows up front: the trainer's path before it tokenised
+    batch by batch (:class:`TokenizingCollator`, tested against this with :class:`PaddingCollator`). With several
+    columns a row's ids are a list of one id list per column (the collator stacks them column by column). A row the
+    tokenizer left longer than ``max_length`` is refused (:func:`~simcse_weince.encoder_checks.check_truncated`)."""
 
     def encode(texts: list[str]):
         encoded = tokenizer(texts, truncation=True, max_length=max_length)
@@ -163,6 +185,32 @@ class PaddingCollator:
             batch[name] = pad_sequence([torch.tensor(value) for value in values], batch_first=True,
                                        padding_value=padding)  # fmt: skip
         return batch
+
+
+class TokenizingCollator:
+    """Tokenises a batch's rows as the loader draws them (truncated to ``max_length``) and pads them to the batch's
+    longest sentence, on the right: the training data need no tokenising pass before the first step (a 1M-line corpus
+    starts in seconds, docs/training.md). The same tensors as :func:`tokenize` followed by :class:`PaddingCollator`,
+    bit for bit; rows of several columns are stacked column by column, as there.
+
+    Args:
+        tokenizer: a 🤗 tokenizer with a pad token.
+        max_length: tokens per sentence, special tokens included.
+        columns: the text columns of a row, in role order (anchor, positive, hard negative).
+    """
+
+    def __init__(self, tokenizer, max_length: int, columns: tuple[str, ...] = ("text",)):
+        self.tokenizer, self.max_length, self.columns = tokenizer, max_length, tuple(columns)
+
+    def __call__(self, rows: list[dict]) -> dict:
+        texts = [row[name] for name in self.columns for row in rows]  # column-major: c * N .. (c + 1) * N - 1
+        # padding_side: the trainer trims trailing padding (trim_trailing_padding), whatever the tokenizer's default
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding="longest",
+                                 padding_side="right", return_tensors="pt")  # fmt: skip
+        # a tokenizer that ignores truncation would train on rows past max_length (issue 54, class 6)
+        if encoded["input_ids"].shape[1] > self.max_length:
+            check_truncated(encoded["input_ids"].tolist(), self.max_length, "the training sentences")
+        return dict(encoded)
 
 
 def trim_trailing_padding(inputs: dict) -> dict:

@@ -24,6 +24,7 @@ Extreme-Value Corrections for InfoNCE", ICML 2026 (arXiv 2606.00262).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -33,12 +34,7 @@ from simcse_weince.encoder_checks import check_max_length
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig, resolve_eval_bf16, resolve_length_chunks
-from simcse_weince.text.data import (
-    PaddingCollator,
-    load_training_data,
-    resolve_train_file,
-    tokenize,
-)
+from simcse_weince.text.data import TokenizingCollator, load_training_data, resolve_train_file
 from simcse_weince.text.fast_path import build_training_forward
 from simcse_weince.text.gradcache import gradcache_forward_backward
 from simcse_weince.text.model import VIEWS_CHECK_ROWS, SimCSEModel, check_views_differ, encode_columns
@@ -105,16 +101,16 @@ class TextTask(TrainingTask):
         self.data_fingerprint = file_fingerprint(self.train_file)  # checked on --resume (training/loop.py)
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
-        model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
+        model, self.rows, self.columns, self.skipped = _load_model_and_data(config, self.train_file, accelerator)
         model.to(accelerator.device)
         if len(self.columns) == 1:  # the encoder's own forward: a compiled training forward would compile twice
-            _check_dropout_views(model, self.tokenized, config)
+            _check_dropout_views(model, self.rows, self.columns, config)
         # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.training_forward = build_training_forward(
             model.encoder, config.speed, length_chunks=self.length_chunks, mixed_precision=run.mixed_precision,
             device_type=accelerator.device.type,
         )  # fmt: skip
-        total_steps = _total_steps(config, len(self.tokenized), self.columns)
+        total_steps = _total_steps(config, len(self.rows), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
         self.accelerator, self.unwrapped = accelerator, accelerator.unwrap_model(self.model)
@@ -149,14 +145,16 @@ class TextTask(TrainingTask):
     def loader(self, run: TrainingRun):
         config, accum = self.config, self.config.gradient_accumulation_steps
         sampler = StepBatchSampler(
-            len(self.tokenized), config.batch_size, config.seed, run.start_step * accum, run.total_steps * accum,
+            len(self.rows), config.batch_size, config.seed, run.start_step * accum, run.total_steps * accum,
             run.accelerator.process_index, run.accelerator.num_processes,
         )  # fmt: skip
-        # a private generator: creating the loader must not draw from the global RNG (the dropout masks after a
-        # resume would differ from an uninterrupted run)
+        # the rows are tokenised batch by batch as they are drawn (in num_workers processes ahead of the step, or
+        # in this one). A private generator: creating the loader must not draw from the global RNG (the dropout
+        # masks after a resume would differ from an uninterrupted run)
+        collate = TokenizingCollator(self.unwrapped.tokenizer, config.max_length, self.columns)
         return torch.utils.data.DataLoader(
-            self.tokenized, batch_sampler=sampler, collate_fn=PaddingCollator(self.unwrapped.tokenizer.pad_token_id),
-            num_workers=config.num_workers, generator=torch.Generator(),
+            self.rows, batch_sampler=sampler, collate_fn=collate, num_workers=config.num_workers,
+            generator=torch.Generator(),
         )  # fmt: skip
 
     def before_training(self, run: TrainingRun) -> None:
@@ -172,7 +170,7 @@ class TextTask(TrainingTask):
     def describe(self, run: TrainingRun) -> str:
         config = self.config
         return (
-            f"training {config.model} with {config.loss} on {len(self.tokenized):,} {_describe_rows(self.columns)} "
+            f"training {config.model} with {config.loss} on {len(self.rows):,} {_describe_rows(self.columns)} "
             f"from {self.train_file}: {run.total_steps} steps of {config.batch_size} x "
             f"{config.gradient_accumulation_steps}, {self.unwrapped.training_forward.describe()}"
             + (f", encoded {config.mini_batch_size} at a time (GradCache)," if config.mini_batch_size else "")
@@ -203,7 +201,7 @@ class TextTask(TrainingTask):
         self.dev.evaluate(step, write)
 
     def export(self, run: TrainingRun) -> dict:
-        data = TrainingRows(self.train_file, self.columns, len(self.tokenized), self.skipped)
+        data = TrainingRows(self.train_file, self.columns, len(self.rows), self.skipped)
         return export_results(run, self.unwrapped, self.dev, data, self.not_applied)
 
 
@@ -224,10 +222,13 @@ def forward_backward(
     return loss, diagnostics
 
 
-def _load_model_and_data(config: TrainConfig, train_file: Path):
-    """The model (SimCSE poolers), the tokenised training rows and their columns (in role order); every input is
-    checked here."""
-    rows, columns, skipped = load_training_data(train_file, config.max_train_samples)
+def _load_model_and_data(config: TrainConfig, train_file: Path, accelerator=None):
+    """The model (SimCSE poolers), the training rows (text, tokenised batch by batch by the loader's
+    :class:`~simcse_weince.text.data.TokenizingCollator`) and their columns (in role order); every input is checked
+    here. The data are read and prepared once per machine: the local main process first, into the 🤗 datasets
+    cache, which the machine's other processes then reuse."""
+    with accelerator.local_main_process_first() if accelerator is not None else contextlib.nullcontext():
+        rows, columns, skipped = load_training_data(train_file, config.max_train_samples)
     if skipped:
         logger.info("skipped %d empty lines (no visible character) in %s", skipped, train_file)
     model = SimCSEModel.from_pretrained(
@@ -243,10 +244,10 @@ def _load_model_and_data(config: TrainConfig, train_file: Path):
             )
     for name in ("max_length", "eval_max_length"):
         check_max_length(model.tokenizer, getattr(config, name), f"--{name.replace('_', '-')}", config.model)
-    return model, tokenize(rows, model.tokenizer, config.max_length, columns), columns, skipped
+    return model, rows, columns, skipped
 
 
-def _check_dropout_views(model: SimCSEModel, tokenized, config: TrainConfig) -> None:
+def _check_dropout_views(model: SimCSEModel, rows, columns: tuple[str, ...], config: TrainConfig) -> None:
     """Unsupervised SimCSE: the two dropout views of a few training sentences must differ (one forward without
     gradients). ``--dropout 0`` asks for identical views: it is warned about, not refused
     (the equivalence checks of the distributed and GradCache paths run that way)."""
@@ -256,8 +257,8 @@ def _check_dropout_views(model: SimCSEModel, tokenized, config: TrainConfig) -> 
             "sentences themselves and the loss teaches little; SimCSE uses 0.1"
         )
         return
-    rows = [tokenized[index] for index in range(min(VIEWS_CHECK_ROWS, len(tokenized)))]
-    check_views_differ(model, PaddingCollator(model.tokenizer.pad_token_id)(rows), config.model)
+    sample = [rows[index] for index in range(min(VIEWS_CHECK_ROWS, len(rows)))]
+    check_views_differ(model, TokenizingCollator(model.tokenizer, config.max_length, columns)(sample), config.model)
 
 
 def _total_steps(config: TrainConfig, num_rows: int, columns: tuple[str, ...]) -> int:
