@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from simcse_weince.paths import resolve_data_dir
 from simcse_weince.training.runs import read_trainer_state
 from simcse_weince.vision.augment import evaluation_transform
 from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
@@ -295,6 +296,13 @@ def evaluate_model(
         splits[split] = extract_features(
             model.backbone, images, batch_size=batch_size, device=device, desc=f"{split} features"
         )
+        labels = splits[split][1]
+        outside = ((labels < 0) | (labels >= spec.num_classes)).nonzero().flatten()
+        if len(outside):  # the readers check their files; this catches any other source before an IndexError
+            raise ValueError(
+                f"{dataset} {split} split (under {resolve_data_dir(data_dir) / dataset}): label "
+                f"{int(labels[outside[0]])} of item {int(outside[0])} is outside its {spec.num_classes} classes"
+            )
     (train_x, train_y), (test_x, test_y) = splits["train"], splits["test"]
     probe = probe or LinearProbeConfig()
     linear = linear_probe(train_x, train_y, test_x, test_y, config=probe, num_classes=spec.num_classes)
