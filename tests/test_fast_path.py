@@ -162,16 +162,19 @@ def test_a_broken_release_trains_on_the_stock_forward_with_one_warning(
 
 def test_the_check_runs_the_shapes_training_sees():
     """Rows up to the run's max_length, every length chunk padded, and a batch with no padding at all."""
-    for max_length, length_chunks in ((32, 4), (32, 1), (128, 8), (5, 4), (2, 1)):
-        padded, full = check_lengths(max_length, length_chunks)
-        assert max(padded) == max_length == min(full) == max(full) and min(padded) == min(2, max_length)
-        ordered = sorted(padded, reverse=True)
-        distinct = max_length - 1 >= len(padded)  # lengths 2..max_length leave room for a length per row
-        for chunk in np.array_split(ordered, min(length_chunks, len(ordered))):  # as the forward splits them
-            assert len(chunk) >= 2 and (len(set(chunk)) == len(chunk) or not distinct), (max_length, chunk)
-        assert padded != ordered or not distinct  # the forward's sort is exercised
-    minilm_positions = check_batches(make_tiny_bert(positions=24), max_length=64, length_chunks=2)
-    assert [batch["attention_mask"].shape[1] for batch in minilm_positions] == [24, 24]  # capped at the positions
+    for max_length, length_chunks in ((32, 4), (32, 1), (128, 8), (5, 4), (2, 1), (3, 2)):
+        batches = check_lengths(max_length, length_chunks)
+        forwards = []  # the row lengths of each forward the fast path runs, split as it splits them
+        for lengths in batches:
+            ordered = sorted(lengths, reverse=True)
+            forwards += [list(chunk) for chunk in np.array_split(ordered, min(length_chunks, len(ordered)))]
+            assert lengths != ordered or len(set(lengths)) == 1  # the forward's sort is exercised
+        assert max(max(lengths) for lengths in batches) == max_length and min(min(b) for b in batches) == 2
+        assert any(len(set(rows)) == 1 for rows in forwards), "a forward without padding"
+        if max_length > 2:
+            assert any(len(set(rows)) > 1 for rows in forwards), "a forward with padding"
+    capped = check_batches(make_tiny_bert(positions=24), max_length=64, length_chunks=1)
+    assert [batch["attention_mask"].shape[1] for batch in capped] == [24, 24]  # at most the model's positions
 
 
 def test_a_break_under_the_runs_precision_only_falls_back(minilm_encoder, monkeypatch, caplog):
@@ -192,7 +195,7 @@ def test_a_break_under_the_runs_precision_only_falls_back(minilm_encoder, monkey
         forward = _build(minilm_encoder, mixed_precision="bf16", max_length=12)
     assert forward.report["path"] == "fallback" and not forward.unpadded_layers
     reason = forward.report["reason"]
-    assert "TypeError: simulated: this release's mask builder refuses autocast (8 rows of 2-12 tokens, bf16)" in reason
+    assert "TypeError: simulated: this release's mask builder refuses autocast (5 rows of 2-12 tokens, bf16)" in reason
     assert len(_fast_path_warnings(caplog)) == 1
 
 

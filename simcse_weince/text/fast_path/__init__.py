@@ -15,8 +15,8 @@ in training steps and knows nothing of how it works.
 Transformers' internals move between releases (5.25 added a required argument to the private mask builder that
 the unpadded forward called). So :func:`build_training_forward` **checks itself by running** before the first
 step: the stock forward (``encoder(**inputs)``, one padded batch) and the fast one on small fixed batches of the
-shapes training will see (:func:`check_batches`: rows from 2 tokens up to the run's ``max_length``, padded in every
-length chunk, and rows without padding), in eval mode (no dropout, so no random draws), outputs and a few weight
+shapes training will see (:func:`check_batches`: rows from 2 tokens up to the run's ``max_length``, forwards with
+padding and without), in eval mode (no dropout, so no random draws), outputs and a few weight
 gradients compared at fp32 tolerance (:data:`CHECK_TOLERANCE`) and, for a mixed-precision run, once more under the
 run's autocast (:data:`AUTOCAST_TOLERANCE`). On an exception or a mismatch one warning names the versions and what
 failed, and training continues on a plainer forward (length chunks on the encoder's own forward, else the stock
@@ -180,17 +180,22 @@ def check_batch(encoder: nn.Module, lengths=(9, 4, 7, 2, 9, 5)) -> dict:
     return {name: value.to(device) for name, value in batch.items()}
 
 
-def check_lengths(max_length: int, length_chunks: int) -> tuple[list[int], list[int]]:
-    """The row lengths of the two check batches: ``(padded, full)``.
+def check_lengths(max_length: int, length_chunks: int) -> list[list[int]]:
+    """The row lengths of the check's batches: rows from ``max_length`` tokens down to 2 (distinct where
+    ``max_length`` allows, out of order: the forward sorts them), some forwards padded and some not.
 
-    ``padded``: two rows per length chunk (at least 6 rows), lengths spread from ``max_length`` down to 2 and
-    distinct where ``max_length`` allows, out of order (the forward sorts them): every chunk pads its shorter row.
-    ``full``: two rows of ``max_length`` tokens, no padding anywhere (the batch of a file of long lines)."""
+    With length chunks, one batch of ``length_chunks + 1`` rows: the forward's first chunk holds the two longest
+    rows (padded), every other chunk one row (no padding). Without, a padded batch of three rows and a batch of two
+    ``max_length`` rows (no padding anywhere)."""
     longest = max(2, int(max_length))
-    rows = max(6, 2 * int(length_chunks))
-    spread = [round(longest - index * (longest - 2) / (rows - 1)) for index in range(rows)]
-    padded = spread[0::2] + spread[1::2]  # longest, third, ... then second, fourth, ...: not sorted
-    return padded, [longest, longest]
+
+    def spread(rows: int) -> list[int]:
+        lengths = [round(longest - index * (longest - 2) / (rows - 1)) for index in range(rows)]
+        return lengths[1::2] + lengths[0::2]  # second, fourth, ... then the longest, third, ...: not sorted
+
+    if length_chunks > 1:
+        return [spread(int(length_chunks) + 1)]
+    return [spread(3), [longest, longest]]
 
 
 def check_batches(encoder: nn.Module, max_length: int, length_chunks: int) -> list[dict]:
