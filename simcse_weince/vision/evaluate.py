@@ -281,9 +281,9 @@ def evaluate_model(
 
     spec = dataset_spec(dataset)
     transform = evaluation_transform(image_size, mean=spec.mean, std=spec.std)
-    splits = {}
-    for split, limit in (("train", train_size), ("test", test_size)):
-        images = load_image_dataset(
+    # both splits read (and their files checked) before any feature is computed
+    images = {
+        split: load_image_dataset(
             dataset,
             split,
             transform=transform,
@@ -293,8 +293,12 @@ def evaluate_model(
             limit=limit,
             seed=0,
         )
+        for split, limit in (("train", train_size), ("test", test_size))
+    }
+    splits = {}
+    for split in images:
         splits[split] = extract_features(
-            model.backbone, images, batch_size=batch_size, device=device, desc=f"{split} features"
+            model.backbone, images[split], batch_size=batch_size, device=device, desc=f"{split} features"
         )
         labels = splits[split][1]
         outside = ((labels < 0) | (labels >= spec.num_classes)).nonzero().flatten()
