@@ -195,7 +195,9 @@ def test_a_break_under_the_runs_precision_only_falls_back(minilm_encoder, monkey
         forward = _build(minilm_encoder, mixed_precision="bf16", max_length=12)
     assert forward.report["path"] == "fallback" and not forward.unpadded_layers
     reason = forward.report["reason"]
-    assert "TypeError: simulated: this release's mask builder refuses autocast (5 rows of 2-12 tokens, bf16)" in reason
+    assert "TypeError: simulated: this release's mask builder refuses autocast, on 5 rows of 2-12 tokens in bf16" in (
+        reason
+    )
     assert len(_fast_path_warnings(caplog)) == 1
 
 

@@ -231,7 +231,7 @@ def check_training_forward(
                 if failure is not None:
                     lengths = inputs["attention_mask"].sum(dim=1).tolist()
                     shape = f"{len(lengths)} rows of {min(lengths)}-{max(lengths)} tokens"
-                    return f"{failure} ({shape}, {mixed_precision if dtype is not None else 'fp32'})"
+                    return f"{failure}, on {shape} in {mixed_precision if dtype is not None else 'fp32'}"
     finally:
         encoder.train(was_training)
     return None
