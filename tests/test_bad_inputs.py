@@ -669,8 +669,11 @@ def test_compare_names_a_cell_file_that_is_not_a_result_and_trains_the_cell_agai
       "evaluations[0].stsb_dev_spearman is [1], not a number"),
      ({"history": [{"step": "x", "loss": 1.0}]}, "history[0].step is 'x', not a number"),
      ({"wall_time_seconds": None, "best_stsb_dev_spearman_during_training": True},
-      "its stsb_dev (STS-B dev (best)) is True, not a number")],
-    ids=["string-score", "list-in-curve", "string-step", "bool-score"],
+      "its stsb_dev (STS-B dev (best)) is True, not a number"),
+     # issue 54 case 9: an edited cell's impossible score once entered the table
+     ({"stsb_test_spearman": 12345},
+      "its stsb_test (STS-B test) is 12345, outside the range of a correlation x100 (-100 to 100)")],
+    ids=["string-score", "list-in-curve", "string-step", "bool-score", "impossible-score"],
 )  # fmt: skip
 def test_compare_names_the_file_and_field_of_a_damaged_result_and_trains_the_cell_again(
     world, sweep, tmp_path, caplog, damage, problem
@@ -682,7 +685,8 @@ def test_compare_names_the_file_and_field_of_a_damaged_result_and_trains_the_cel
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
         assert main(_compare_args(world, copy)) == 0
     assert f"{results_file} is not a valid result: {problem}; the cell is trained again" in caplog.text
-    assert json.loads((copy / "comparison.json").read_text())["runs"][1]["seed"] == 2
+    runs = json.loads((copy / "comparison.json").read_text())["runs"]
+    assert runs[1]["seed"] == 2 and runs[1]["stsb_test"] != 12345  # the cell's own score, trained again
 
 
 def test_compare_writes_its_three_outputs_together_or_not_at_all(world, sweep, tmp_path, capsys, monkeypatch):

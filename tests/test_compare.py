@@ -241,3 +241,50 @@ def test_seed_averaged_lambda_averages_each_step_over_the_seeds_that_logged_it(t
     assert second == {"step": 2, "seeds": 1, "lambda_mean": 0.4, "beta_hat_mean": 5.0}  # loss is not a λ statistic
     plot_lambda_over_training(averaged, tmp_path / "lambda.png")
     assert (tmp_path / "lambda.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_archived_scores_outside_their_scale_are_not_results(tmp_path):
+    """Issue 54 class 9: a correlation x100 lies within ±100, an accuracy x100 within 0-100 (the dev curve too)."""
+    pytest.importorskip("torchvision")
+    from simcse_weince.compare.cells import _invalid_result
+    from simcse_weince.text.config import TrainConfig
+    from simcse_weince.vision import VISION_CELLS
+    from simcse_weince.vision.config import VisionTrainConfig
+
+    curve = [{"step": 1, "stsb_dev_spearman": 99.5}]
+    text = {"config": TrainConfig().to_dict(), "history": [], "stsb_test_spearman": -100.0,
+            "best_stsb_dev_spearman_during_training": 100, "evaluations": curve}  # fmt: skip
+    assert _invalid_result(text, TrainConfig(), TEXT_CELLS) is None  # the ends of the scale are scores
+    edited = {**text, "evaluations": [{"step": 1, "stsb_dev_spearman": 100.01}]}
+    assert _invalid_result(edited, TrainConfig(), TEXT_CELLS) == (
+        "evaluations[0].stsb_dev_spearman is 100.01, outside the range of a correlation x100 (-100 to 100)"
+    )
+    accuracies = {"knn_accuracy": {"20": 0.5, "1": 0.25}, "linear_accuracy": {"mean": 0.75}}
+    vision = {"config": VisionTrainConfig().to_dict(), "history": [], "evaluation": accuracies}
+    assert _invalid_result(vision, VisionTrainConfig(), VISION_CELLS) is None
+    vision["evaluation"] = {**accuracies, "knn_accuracy": {"20": 1.5, "1": -0.25}}  # a fraction x100 twice
+    assert _invalid_result(vision, VisionTrainConfig(), VISION_CELLS) == (
+        "its knn@20 (kNN@20) is 150.0, outside the range of an accuracy x100 (0 to 100)"
+    )
+
+
+def test_study_report_refuses_an_archived_score_outside_its_scale(tmp_path):
+    from simcse_weince.compare import format_markdown, summarize
+    from simcse_weince.compare.report import study_report
+
+    runs = [{"variant": v, "seed": s, "stsb_dev": 80.0, "stsb_test": 75.0 + s, "sts_avg": 70.0}
+            for v in ("infonce", "weince") for s in (1, 2)]  # fmt: skip
+    runs[3]["stsb_test"] = 12345.0  # an edited cell
+    metrics = {"stsb_dev": "STS-B dev (best)", "stsb_test": "STS-B test", "sts_avg": "STS avg"}
+    summary = {"baseline": "infonce", "seeds": [1, 2], "runs": runs, "metrics": metrics,
+               **summarize(runs, "infonce", tuple(metrics))}  # fmt: skip
+    (tmp_path / "comparison.json").write_text(json.dumps(summary))
+    (tmp_path / "comparison.md").write_text(format_markdown(summary))
+    with pytest.raises(ValueError, match=r"comparison.json: run 'weince' seed 2: its stsb_test \(STS-B test\) is "
+                                         r"12345.0, outside the range of a correlation x100"):  # fmt: skip
+        study_report(tmp_path)
+    summary["task"] = "vision"  # a vision summary's accuracies x100: a negative one was not measured
+    runs[3]["stsb_test"] = -0.5
+    (tmp_path / "comparison.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match=r"is -0.5, outside the range of an accuracy x100 \(0 to 100\)"):
+        study_report(tmp_path)

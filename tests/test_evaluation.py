@@ -143,6 +143,9 @@ def test_sts_loader_skips_empty_gold_and_normalises_whitespace(tmp_path):
         ("FNWN", "a b\nc\td\n", "1\n2\n", "STS.input.FNWN.txt:1: expected two tab-separated"),
         ("FNWN", "a\tb\nc\td\n", "1\nhigh\n", "STS.gs.FNWN.txt:2: gold score 'high' is not a number"),
         ("FNWN", "a\tb\nc\td\n", "1\nnan\n", "not finite"),
+        # a gold file whose scores are off the scale (an edited cell, another file's column)
+        ("FNWN", "a\tb\nc\td\n", "1\n12345\n", r"STS.gs.FNWN.txt:2: gold score '12345' is outside the 0-5 scale"),
+        ("FNWN", "a\tb\nc\td\n", "-0.5\n1\n", r"STS.gs.FNWN.txt:1: gold score '-0.5' is outside the 0-5 scale"),
     ],
 )
 def test_malformed_sts_files_are_named_with_line_numbers(tmp_path, subset, inputs, gold, message):
@@ -185,6 +188,9 @@ def test_malformed_stsb_and_sick_lines(tmp_path):
     (sick / "SICK_trial.txt").write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\ta\tb\tx\n")
     with pytest.raises(ValueError, match=r"SICK_trial\.txt:2: gold score 'x'"):
         load_sts_task("sickr", "dev", tmp_path)
+    (raw / "sts-dev.csv").write_text("g\tf\t2012\t1\t3.0\tA.\tB.\ng\tf\t2012\t2\t50\tC\tD\n")
+    with pytest.raises(ValueError, match=r"sts-dev\.csv:2: gold score '50' is outside the 0-5 scale"):
+        load_stsb("dev", tmp_path)
 
 
 def test_bad_arguments_are_value_errors(data_dir):

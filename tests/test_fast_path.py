@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 import torch
 from train_helpers import make_tiny_model, write_train_file
@@ -17,6 +18,8 @@ from simcse_weince.text.fast_path import (
     TrainingForward,
     build_training_forward,
     check_batch,
+    check_batches,
+    check_lengths,
     check_training_forward,
 )
 from simcse_weince.text.fast_path.onednn_linear import onednn_linear_available
@@ -41,10 +44,19 @@ def minilm_encoder(minilm_path, one_thread):
     return SimCSEModel.from_pretrained(minilm_path, pooler="cls").encoder
 
 
-def _build(encoder, length_chunks=4, mixed_precision="no", **speed) -> TrainingForward:
+def _build(encoder, length_chunks=4, mixed_precision="no", max_length=32, **speed) -> TrainingForward:
     return build_training_forward(
-        encoder, SpeedConfig(**speed), length_chunks=length_chunks, mixed_precision=mixed_precision
-    )
+        encoder, SpeedConfig(**speed), length_chunks=length_chunks, mixed_precision=mixed_precision,
+        max_length=max_length,
+    )  # fmt: skip
+
+
+def make_tiny_bert(positions: int):
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=positions)  # fmt: skip
+    return BertModel(config)
 
 
 def _fast_path_warnings(caplog) -> list[str]:
@@ -85,9 +97,12 @@ def test_the_check_compares_every_row_and_the_gradients(minilm_encoder):
             out = super().__call__(encoder, inputs, pool)
             return out.detach() + (out - out.detach()) * 1.05  # same values, gradients 5% off
 
-    assert check_training_forward(minilm_encoder, TrainingForward(length_chunks=4, unpadded_layers=True)) is None
-    assert "outputs differ" in check_training_forward(minilm_encoder, WrongRow(length_chunks=2))
-    assert "gradients differ" in check_training_forward(minilm_encoder, WrongGradient(length_chunks=2))
+    def check(candidate):
+        return check_training_forward(minilm_encoder, candidate, max_length=16)
+
+    assert check(TrainingForward(length_chunks=4, unpadded_layers=True)) is None
+    assert "outputs differ" in check(WrongRow(length_chunks=2))
+    assert "gradients differ" in check(WrongGradient(length_chunks=2))
     assert CHECK_TOLERANCE < 1e-2  # a wrong row by 1% would never pass
 
 
@@ -98,16 +113,21 @@ def _changed_signature(config, embeddings, attention_mask, cache_position):  # a
     raise AssertionError("never called with its new argument")
 
 
-def _wrong_mask(original):
-    """A mask builder that ignores the padding (returns what it returns for an all-real batch)."""
+def _wrong_mask(original, longer_than=0):
+    """A mask builder that ignores the padding (returns what it returns for an all-real batch) of batches wider than
+    ``longer_than`` tokens."""
 
     def builder(config, embeddings, attention_mask, *args, **kwargs):
-        return original(config, embeddings, torch.ones_like(attention_mask), *args, **kwargs)
+        if attention_mask.shape[1] > longer_than:
+            attention_mask = torch.ones_like(attention_mask)
+        return original(config, embeddings, attention_mask, *args, **kwargs)
 
     return builder
 
 
-@pytest.mark.parametrize("break_kind", ["signature", "wrong-mask"])
+# issue 54 case 10: a change that breaks only rows longer than the check's once were (2-9 tokens) passed the check,
+# the run said "fast", and its step losses differed from the stock forward's
+@pytest.mark.parametrize("break_kind", ["signature", "wrong-mask", "wrong-mask-beyond-9-tokens"])
 def test_a_broken_release_trains_on_the_stock_forward_with_one_warning(
     tiny_model, train_file, tmp_path, monkeypatch, caplog, break_kind
 ):
@@ -123,7 +143,7 @@ def test_a_broken_release_trains_on_the_stock_forward_with_one_warning(
 
     stock = run("stock")  # the reference: the encoder's own forward in two length chunks
     original = masking_utils.create_bidirectional_mask
-    broken = _changed_signature if break_kind == "signature" else _wrong_mask(original)
+    broken = _changed_signature if break_kind == "signature" else _wrong_mask(original, 9 * ("beyond" in break_kind))
     monkeypatch.setattr(masking_utils, "create_bidirectional_mask", broken)
     with caplog.at_level(logging.WARNING):
         results = run("broken")
@@ -140,11 +160,52 @@ def test_a_broken_release_trains_on_the_stock_forward_with_one_warning(
     assert on_disk["training_forward"]["path"] == "fallback"
 
 
+def test_the_check_runs_the_shapes_training_sees():
+    """Rows up to the run's max_length, every length chunk padded, and a batch with no padding at all."""
+    for max_length, length_chunks in ((32, 4), (32, 1), (128, 8), (5, 4), (2, 1), (3, 2)):
+        batches = check_lengths(max_length, length_chunks)
+        forwards = []  # the row lengths of each forward the fast path runs, split as it splits them
+        for lengths in batches:
+            ordered = sorted(lengths, reverse=True)
+            forwards += [list(chunk) for chunk in np.array_split(ordered, min(length_chunks, len(ordered)))]
+            assert lengths != ordered or len(set(lengths)) == 1  # the forward's sort is exercised
+        assert max(max(lengths) for lengths in batches) == max_length and min(min(b) for b in batches) == 2
+        assert any(len(set(rows)) == 1 for rows in forwards), "a forward without padding"
+        if max_length > 2:
+            assert any(len(set(rows)) > 1 for rows in forwards), "a forward with padding"
+    capped = check_batches(make_tiny_bert(positions=24), max_length=64, length_chunks=1)
+    assert [batch["attention_mask"].shape[1] for batch in capped] == [24, 24]  # at most the model's positions
+
+
+def test_a_break_under_the_runs_precision_only_falls_back(minilm_encoder, monkeypatch, caplog):
+    """A mask builder that fails under autocast only: the fp32 check alone passed it, and a bf16 run then failed at
+    its first step. The check runs in the run's precision too."""
+    from transformers import masking_utils
+
+    original = masking_utils.create_bidirectional_mask
+
+    def no_autocast(config, embeddings, attention_mask, *args, **kwargs):
+        if torch.is_autocast_enabled(embeddings.device.type):
+            raise TypeError("simulated: this release's mask builder refuses autocast")
+        return original(config, embeddings, attention_mask, *args, **kwargs)
+
+    monkeypatch.setattr(masking_utils, "create_bidirectional_mask", no_autocast)
+    assert _build(minilm_encoder, mixed_precision="no", max_length=12).report["path"] == "fast"  # fp32 runs: fine
+    with caplog.at_level(logging.WARNING):
+        forward = _build(minilm_encoder, mixed_precision="bf16", max_length=12)
+    assert forward.report["path"] == "fallback" and not forward.unpadded_layers
+    reason = forward.report["reason"]
+    assert "TypeError: simulated: this release's mask builder refuses autocast, on 5 rows of 2-12 tokens in bf16" in (
+        reason
+    )
+    assert len(_fast_path_warnings(caplog)) == 1
+
+
 def test_a_fallback_that_also_fails_ends_on_the_stock_forward(minilm_encoder, monkeypatch, caplog):
     """If even the length chunks on the encoder's own forward disagree, the stock forward (one padded batch) runs."""
     from simcse_weince.text import fast_path
 
-    monkeypatch.setattr(fast_path, "check_training_forward", lambda encoder, candidate: "simulated failure")
+    monkeypatch.setattr(fast_path, "check_training_forward", lambda encoder, candidate, **_: "simulated failure")
     with caplog.at_level(logging.WARNING):
         forward = _build(minilm_encoder)
     assert forward.report["path"] == "stock" and forward.length_chunks == 1 and not forward.unpadded_layers

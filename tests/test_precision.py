@@ -121,10 +121,10 @@ def _run(tiny_model, train_file, output_dir: Path, monkeypatch, **overrides):
 
     check = fast_path.check_training_forward
 
-    def unrecorded_check(*args):
+    def unrecorded_check(*args, **kwargs):
         dtypes.paused = True
         try:
-            return check(*args)
+            return check(*args, **kwargs)
         finally:
             dtypes.paused = False
 

@@ -116,7 +116,9 @@ def test_other_encoders_and_compiled_models_keep_their_own_forward(model):
     assert not supports_unpadded(roberta) and not supports_unpadded(decoder)
 
     def built(encoder, **speed):
-        return build_training_forward(encoder, SpeedConfig(**speed), length_chunks=1, mixed_precision="no")
+        return build_training_forward(
+            encoder, SpeedConfig(**speed), length_chunks=1, mixed_precision="no", max_length=32
+        )
 
     assert built(roberta).unpadded_layers is False and built(roberta).report["path"] == "fast"  # nothing to check
     assert built(model.encoder, unpadded_layers=False).unpadded_layers is False

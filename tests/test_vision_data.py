@@ -88,6 +88,62 @@ def test_imagenet32_pickle_batches(tmp_path, npz, protocol):
     assert np.array_equal(np.asarray(train[2][0]), images[2]) and np.array_equal(np.asarray(test[0][0]), images[4])
 
 
+def _imagenet32_rows(count, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, size=(count, 32, 32, 3), dtype=np.uint8)
+
+
+def test_imagenet32_batches_whose_parts_disagree_are_refused_naming_the_file(tmp_path, capsys):
+    from simcse_weince.cli import main
+
+    # issue 54 case 5: 8 images with 4 labels, then 4 images with 8 labels: 12 of each once joined
+    folder = tmp_path / "imagenet32" / "Imagenet32_train"
+    folder.mkdir(parents=True)
+    _imagenet32_batch(folder / "train_data_batch_1", _imagenet32_rows(8), [1, 2, 3, 4])
+    _imagenet32_batch(folder / "train_data_batch_2", _imagenet32_rows(4), [5, 6, 7, 8, 9, 10, 11, 12])
+    with pytest.raises(ValueError, match=r"batch .*train_data_batch_1: 8 images but 4 labels"):
+        load_image_dataset("imagenet32", "pretrain", data_dir=tmp_path)
+    # the same through the CLI: one line naming the file
+    run = tmp_path / "run"
+    command = ["vision", "train", "--dataset", "imagenet32", "--data-dir", str(tmp_path), "--output-dir", str(run)]
+    assert main([*command, "--max-steps", "1", "--batch-size", "4"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and "train_data_batch_1: 8 images but 4 labels" in errors[0], errors
+    # each batch is checked: a well-formed first batch does not hide a bad second one
+    _imagenet32_batch(folder / "train_data_batch_1", _imagenet32_rows(4), [1, 2, 3, 4])
+    with pytest.raises(ValueError, match=r"train_data_batch_2: 4 images but 8 labels"):
+        load_image_dataset("imagenet32", "train", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([1, 1001], r"label 1001 \(image 1; 1 in all\) is outside the 1000 classes"),
+        ([0, 5], r"label 0 \(image 0; 1 in all\) is outside the 1000 classes"),
+        ([1.0, 2.5], r"labels are float64, expected whole numbers"),
+        ([[1], [2]], r"2 images but 2 labels"),  # a column of labels, not one per image
+    ],
+)
+def test_imagenet32_labels_outside_the_classes_are_refused_when_read(tmp_path, labels, message):
+    folder = tmp_path / "imagenet32" / "val"
+    folder.mkdir(parents=True)
+    _imagenet32_batch(folder / "val_data", _imagenet32_rows(2), labels)
+    with pytest.raises(ValueError, match=r"ImageNet-32 batch .*val_data: " + message):
+        load_image_dataset("imagenet32", "test", data_dir=tmp_path)
+
+
+def test_imagenet32_batch_without_its_parts_is_named(tmp_path):
+    folder = tmp_path / "imagenet32" / "val"
+    folder.mkdir(parents=True)
+    with open(folder / "val_data", "wb") as handle:
+        pickle.dump({"data": np.zeros((2, 3072), dtype=np.uint8)}, handle)
+    with pytest.raises(ValueError, match=r"val_data: expected a dict with 'data' and 'labels', found \['data'\]"):
+        load_image_dataset("imagenet32", "test", data_dir=tmp_path)
+    np.savez(folder / "val_data.npz", data=np.zeros((2, 3, 32, 32), dtype=np.uint8), labels=[1, 2])
+    (folder / "val_data").unlink()
+    with pytest.raises(ValueError, match=r"val_data.npz: 'data' is uint8 of shape \(2, 3, 32, 32\)"):
+        load_image_dataset("imagenet32", "test", data_dir=tmp_path)
+
+
 def test_imagenet32_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="ImageNet-32 .*image-net.org"):
         load_image_dataset("imagenet32", "train", data_dir=tmp_path)
@@ -110,6 +166,17 @@ def test_tiny_imagenet_folder_layout(tmp_path, monkeypatch):
     assert np.asarray(train[0][0])[0, 0, 0] > 200  # n01 images are red
     assert [test[0][1], test[1][1]] == [1, 0]
     assert test[0][0].mode == "RGB"
+    # the validation labels must name training classes and existing images, each error naming file and line
+    annotations = root / "val" / "val_annotations.txt"
+    annotations.write_text("val_0.JPEG\tn02\t0\t0\t1\t1\nval_1.JPEG\tn03\t0\t0\t1\t1\n")
+    with pytest.raises(ValueError, match=r"val_annotations.txt, line 2: class 'n03' is not one of the 2 training"):
+        load_image_dataset("tiny_imagenet", "test", data_dir=tmp_path)
+    annotations.write_text("val_0.JPEG\tn02\t0\t0\t1\t1\nval_9.JPEG\tn01\t0\t0\t1\t1\n")
+    with pytest.raises(FileNotFoundError, match=r"val_annotations.txt, line 2: image .*val_9.JPEG is missing"):
+        load_image_dataset("tiny_imagenet", "test", data_dir=tmp_path)
+    annotations.write_text("val_0.JPEG n02\n")
+    with pytest.raises(ValueError, match=r"val_annotations.txt, line 1: expected an image name and a class"):
+        load_image_dataset("tiny_imagenet", "test", data_dir=tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="Tiny-ImageNet.*offline"):
         load_image_dataset("tiny_imagenet", "train", data_dir=tmp_path / "empty")

@@ -130,3 +130,21 @@ def test_linear_probe_agrees_with_scikit_learn_on_digits():
     reference = LogisticRegression(max_iter=2000).fit(scaler.transform(digits.data[train]), digits.target[train])
     expected = reference.score(scaler.transform(digits.data[test]), digits.target[test])
     assert ours["mean"] == pytest.approx(expected, abs=0.04)
+
+
+def test_evaluation_refuses_labels_outside_the_classes_naming_the_split(tmp_path, monkeypatch):
+    pytest.importorskip("torchvision")
+    from torch.utils.data import TensorDataset
+
+    from simcse_weince.vision import evaluate
+    from simcse_weince.vision.backbones import SimCLRModel
+
+    # a data source that is not one of the checked readers: its labels reach the evaluation unchecked
+    def images_with_labels(dataset, split, **_):
+        labels = torch.tensor([0, 1, 2, 3]) if split == "train" else torch.tensor([1, 10, 11])
+        return TensorDataset(torch.rand(len(labels), 3, 8, 8), labels)
+
+    monkeypatch.setattr(evaluate, "load_image_dataset", images_with_labels)
+    model = SimCLRModel.build("resnet18", image_size=8, projection_dim=4).eval()
+    with pytest.raises(ValueError, match=r"fake test split \(under .*fake\): label 10 of item 1 is outside its 10 cl"):
+        evaluate.evaluate_model(model, "fake", image_size=8, data_dir=tmp_path, batch_size=4)

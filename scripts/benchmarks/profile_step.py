@@ -133,7 +133,7 @@ def main(argv=None) -> None:
     # as the trainer builds it (unpadded_layers on by default, oneDNN in fp32 steps only), checked
     ours.training_forward = build_training_forward(
         ours.encoder, SpeedConfig(unpadded_layers=not args.padded_layers, onednn_linear=onednn),
-        length_chunks=chunks, mixed_precision=precision,
+        length_chunks=chunks, mixed_precision=precision, max_length=32,
     )  # fmt: skip
     ours_optimizer = torch.optim.AdamW(ours.parameters(), lr=3e-5, fused=True)
     objective = ContrastiveObjective("weince", 0.05, geometry="simcse")

@@ -363,7 +363,7 @@ def check_flop_utilisation(device: str, folder: Path, cpu_dry_run: bool) -> dict
         model = SimCSEModel(BertModel(config), AutoTokenizer.from_pretrained(str(folder)), pooler="cls").to(device)
         model.training_forward = build_training_forward(
             model.encoder, SpeedConfig(), length_chunks=resolve_length_chunks("auto", precision, device),
-            mixed_precision=precision, device_type=device,
+            mixed_precision=precision, max_length=32, device_type=device,
         )  # fmt: skip
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)

@@ -244,7 +244,8 @@ MUTATIONS = (
     ),
     Mutation(
         "fast path: the start-up check removed (a broken release trains on the broken forward)", FAST_PATH,
-        (("        failure = check_training_forward(encoder, candidate)\n", "        failure = None\n"),),
+        (("        failure = check_training_forward(encoder, candidate, max_length=",
+          "        failure = None and check_training_forward(encoder, candidate, max_length="),),
         ("tests/test_fast_path.py", "-k", "broken_release"), "issue 37: transformers 5.25 broke step 0",
     ),
     Mutation(
@@ -254,8 +255,8 @@ MUTATIONS = (
     ),
     Mutation(
         "fast path: the check compares no gradients", FAST_PATH,
-        (("                if not mismatch <= CHECK_TOLERANCE:\n                    return f\"gradients differ",
-          "                if False:\n                    return f\"gradients differ"),),
+        (("        if not mismatch <= tolerance:\n            return f\"gradients differ",
+          "        if False:\n            return f\"gradients differ"),),
         ("tests/test_fast_path.py", "-k", "every_row"), "issue 37: a broken backward must fail the check too",
     ),
     Mutation(
@@ -389,7 +390,8 @@ MUTATIONS = (
     ),
     Mutation(
         "compare: a results.json field that is not a number is used", "simcse_weince/compare/cells.py",
-        (("        if value is not None and not _is_number(value):", "        if False:"),),
+        (("        if not _is_number(value):\n            return f\"{value!r}, not a number\"",
+          "        if False:\n            return f\"{value!r}, not a number\""),),
         ("tests/test_bad_inputs.py", "-k", "damaged_result"), "issue 39.6: 'could not convert string to float'",
     ),
     Mutation(
@@ -701,6 +703,41 @@ MUTATIONS = (
         "push: follows a link in the export to a file outside the run", "simcse_weince/hub.py",
         (("            if path.is_symlink():\n", "            if False:\n"),),
         (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded the contents of symlinked files outside the run",
+    ),
+    # ---- issue 54: data parts, scores, fast path (i54data)
+    Mutation(
+        "ImageNet-32: a batch's images and labels not checked against each other (joined batches pair them wrongly)",
+        "simcse_weince/vision/datasets.py",
+        (("        if labels.ndim != 1 or len(labels) != len(data):\n", "        if labels.ndim != 1:\n"),),
+        ("tests/test_vision_data.py", "-k", "imagenet32"), "issue 54 case 5: 8 images + 4 labels, then 4 + 8",
+    ),
+    Mutation(
+        "ImageNet-32: labels outside the classes read (an IndexError at vision eval, naming no file)",
+        "simcse_weince/vision/datasets.py",
+        (("        outside = np.flatnonzero((labels < 1) | (labels > num_classes))\n",
+          "        outside = np.flatnonzero(labels < -(10**9))\n"),),
+        ("tests/test_vision_data.py", "-k", "imagenet32"), "issue 54 case 5: label 1001 of 1000 classes",
+    ),
+    Mutation(
+        "STS gold scores off the 0-5 scale read", "simcse_weince/evaluation/data.py",
+        (("    if not low <= score <= high:", "    if False:"),),
+        ("tests/test_evaluation.py", "-k", "malformed"), "issue 54 class 5: a gold file's scores are one of its parts",
+    ),
+    Mutation(
+        "compare: an archived score outside its scale is a result (an STS-B Spearman of 12,345 enters the table)",
+        CELLS,
+        (("        if self.low <= value <= self.high:\n", "        if True:\n"),),
+        ("tests/test_compare.py", "-k", "archived or outside_its_scale"), "issue 54 case 9",
+    ),
+    Mutation(
+        "fast path: the check runs short rows only (2-9 tokens, as before issue 54)", FAST_PATH,
+        (("    longest = max(2, int(max_length))\n", "    longest = 9\n"),),
+        ("tests/test_fast_path.py", "-k", "broken_release"), "issue 54 case 10: longer rows broken, the run said fast",
+    ),
+    Mutation(
+        "fast path: the check ignores the run's precision (fp32 only)", FAST_PATH,
+        (("    if mixed_precision in AUTOCAST_DTYPES:\n", "    if False:\n"),),
+        ("tests/test_fast_path.py", "-k", "precision_only"), "issue 54 class 10: a bf16-only break failed step 1",
     ),
 )
 # fmt: on

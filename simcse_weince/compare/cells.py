@@ -25,6 +25,30 @@ from simcse_weince.settings import (
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ScoreScale:
+    """The range a compared score can take: a value outside it was edited or mixed up, not measured."""
+
+    name: str  # for messages: "a correlation x100"
+    low: float
+    high: float
+
+    def problem(self, value) -> str | None:
+        """Why ``value`` cannot be a score of this scale (not a finite number, or outside the range), as
+        ``"<value>, <reason>"``; None when it can be."""
+        if not _is_number(value):
+            return f"{value!r}, not a number"
+        if self.low <= value <= self.high:
+            return None
+        return f"{value!r}, outside the range of {self.name} ({self.low:g} to {self.high:g})"
+
+
+#: Spearman or Pearson correlations x100 (the text cells' STS scores)
+CORRELATION_X100 = ScoreScale("a correlation x100", -100.0, 100.0)
+#: accuracies x100 (the vision cells' kNN and linear-probe scores)
+ACCURACY_X100 = ScoreScale("an accuracy x100", 0.0, 100.0)
+
+
 @dataclass(frozen=True, eq=False)
 class CellKind:
     """One kind of cell, as its trainer package hands it to compare: which config it takes, its built-in variants,
@@ -40,6 +64,7 @@ class CellKind:
     deltas: tuple[str, ...]  # the metrics whose paired differences the table and the dot plot show
     dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
     data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
+    score_scale: ScoreScale  # the range of every compared metric and of the dev curve (an archived cell's checked)
 
     def check_config(self, config, caller: str) -> None:
         """TypeError unless ``config`` is a config of this kind (e.g. a VisionTrainConfig given to text cells)."""
@@ -162,8 +187,8 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return f"{type(error).__name__}: {error}"
     for name, value in metrics.items():
-        if value is not None and not _is_number(value):
-            return f"its {name} ({kind.metric_labels.get(name, name)}) is {value!r}, not a number"
+        if value is not None and (problem := kind.score_scale.problem(value)):
+            return f"its {name} ({kind.metric_labels.get(name, name)}) is {problem}"
     for key, fields in (("evaluations", ("step", kind.dev_curve)), ("history", ("step", "lambda_mean"))):
         entries = results.get(key) or []
         if not isinstance(entries, list):
@@ -174,6 +199,9 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
             for field in filter(None, fields):
                 if entry.get(field) is not None and not _is_number(entry[field]):
                     return f"{key}[{index}].{field} is {entry[field]!r}, not a number"
+            score = entry.get(kind.dev_curve) if key == "evaluations" and kind.dev_curve else None
+            if score is not None and (problem := kind.score_scale.problem(score)):
+                return f"{key}[{index}].{kind.dev_curve} is {problem}"
     seconds = results.get("wall_time_seconds")
     if seconds is not None and not _is_number(seconds):
         return f"its wall_time_seconds is {seconds!r}, not a number"

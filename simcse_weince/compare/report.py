@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simcse_weince.compare.cells import ACCURACY_X100, CORRELATION_X100
 from simcse_weince.compare.statistics import summarize
 
 
@@ -97,12 +98,26 @@ def against(summary: dict, other: str) -> list[str]:
     return difference_lines(differences, other, summary, record=True)
 
 
+def check_archived_scores(summary: dict, source: Path) -> None:
+    """ValueError naming ``source``, the run and the metric when a run's score of a summary cannot have been measured
+    (not a number, or outside the scale of its task: a correlation x100 within ±100, an accuracy x100 within 0-100)."""
+    scale = CORRELATION_X100 if summary.get("task", "text") == "text" else ACCURACY_X100
+    for run in summary["runs"]:
+        for metric, label in summary["metrics"].items():
+            value = run.get(metric)
+            if value is not None and (problem := scale.problem(value)):
+                raise ValueError(
+                    f"{source}: run {run.get('variant')!r} seed {run.get('seed')}: its {metric} ({label}) is {problem}"
+                )
+
+
 def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
     """The markdown of one sweep folder's results, from its comparison.json and comparison.md: the paired table,
     each difference's decision (also against each of ``others``), the λ statistics of each WEINCE variant
     averaged over seeds and steps, and the cells' commit and wall time."""
     folder = Path(folder)
     summary = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    check_archived_scores(summary, folder / "comparison.json")
     lines = [f"### `{folder.name}`", "", (folder / "comparison.md").read_text(encoding="utf-8").rstrip(), ""]
     lines += difference_lines(summary["differences"], summary["baseline"], summary, record=False)
     for other in others:

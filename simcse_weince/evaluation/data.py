@@ -54,6 +54,8 @@ SENTEVAL_SPLIT_FILES: dict[str, dict[str, str]] = {
 }
 STS_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 SPLITS = ("train", "dev", "test")
+# Every gold score of STS12-16, STS-B and SICK-R (1-5) lies on this scale.
+GOLD_SCORE_RANGE = (0.0, 5.0)
 # Names people use for the same tasks (SentEval's class-style names, the paper's column titles).
 TASK_ALIASES = {
     "stsbenchmark": "stsb",
@@ -183,6 +185,9 @@ def _parse_score(text: str, path: Path, line_number: int) -> float:
         raise ValueError(f"{path}:{line_number}: gold score {text!r} is not a number") from None
     if not math.isfinite(score):
         raise ValueError(f"{path}:{line_number}: gold score {text!r} is not finite")
+    low, high = GOLD_SCORE_RANGE
+    if not low <= score <= high:  # a shifted column or an edited cell: it would move every correlation silently
+        raise ValueError(f"{path}:{line_number}: gold score {text!r} is outside the {low:g}-{high:g} scale")
     return score
 
 

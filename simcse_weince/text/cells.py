@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from simcse_weince.compare.cells import CellKind, CellState, check_cell, write_results
+from simcse_weince.compare.cells import CORRELATION_X100, CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig
 
@@ -85,4 +85,5 @@ TEXT_CELLS = CellKind(
     deltas=("stsb_test",),
     dev_curve="stsb_dev_spearman",
     data_fingerprint=text_data_fingerprint,
+    score_scale=CORRELATION_X100,
 )

@@ -108,7 +108,7 @@ class TextTask(TrainingTask):
         # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.training_forward = build_training_forward(
             model.encoder, config.speed, length_chunks=self.length_chunks, mixed_precision=run.mixed_precision,
-            device_type=accelerator.device.type,
+            max_length=config.max_length, device_type=accelerator.device.type,
         )  # fmt: skip
         total_steps = _total_steps(config, len(self.rows), self.columns)
         optimizer, scheduler = _optimizer_and_schedule(model, config, total_steps)

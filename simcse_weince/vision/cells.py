@@ -10,7 +10,7 @@ import logging
 import time
 from pathlib import Path
 
-from simcse_weince.compare.cells import CellKind, CellState, check_cell, write_results
+from simcse_weince.compare.cells import ACCURACY_X100, CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import versions
 from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
@@ -102,4 +102,5 @@ VISION_CELLS = CellKind(
     deltas=("knn@20", "linear_probe"),
     dev_curve=None,
     data_fingerprint=vision_data_fingerprint,
+    score_scale=ACCURACY_X100,
 )

@@ -126,7 +126,13 @@ class ImageNet32(Dataset):
     The files need an image-net.org account, so they are never downloaded automatically.
     """
 
-    def __init__(self, root: str | os.PathLike, train: bool = True, transform: Callable | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        train: bool = True,
+        transform: Callable | None = None,
+        num_classes: int = 1000,
+    ):
         root = Path(root)
         pattern = "train_data_batch_*" if train else "val_data*"
         files = sorted(root.rglob(pattern), key=lambda p: (len(p.name), p.name)) if root.is_dir() else []
@@ -138,12 +144,41 @@ class ImageNet32(Dataset):
             )
         images, labels = [], []
         for path in files:
-            batch = self._read_batch(path)
-            images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-            labels.append(np.asarray(batch["labels"], dtype=np.int64) - 1)
+            batch_images, batch_labels = self._checked_batch(path, self._read_batch(path), num_classes)
+            images.append(batch_images.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.append(batch_labels - 1)
         self.images = np.concatenate(images)
         self.labels = np.concatenate(labels)
         self.transform = transform
+
+    @staticmethod
+    def _checked_batch(path: Path, batch, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's images (N x 3072 uint8) and 1-based labels (N), each batch checked on its own: batches are
+        joined afterwards, so a batch with more images than labels next to one with fewer would otherwise pair
+        images with other images' labels."""
+        if not isinstance(batch, dict) or not {"data", "labels"} <= set(batch):
+            found = sorted(map(str, batch)) if isinstance(batch, dict) else type(batch).__name__
+            raise ValueError(f"ImageNet-32 batch {path}: expected a dict with 'data' and 'labels', found {found}")
+        data, labels = np.asarray(batch["data"]), np.asarray(batch["labels"])
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.dtype != np.uint8:
+            raise ValueError(
+                f"ImageNet-32 batch {path}: 'data' is {data.dtype} of shape {data.shape}, expected uint8 rows of "
+                f"{3 * 32 * 32} values (one 3x32x32 image per row)"
+            )
+        if labels.ndim != 1 or len(labels) != len(data):
+            raise ValueError(
+                f"ImageNet-32 batch {path}: {len(data)} images but {labels.size} labels; the two parts of a batch "
+                "must have one label per image"
+            )
+        if labels.size and labels.dtype.kind not in "iu":
+            raise ValueError(f"ImageNet-32 batch {path}: labels are {labels.dtype}, expected whole numbers")
+        outside = np.flatnonzero((labels < 1) | (labels > num_classes))
+        if outside.size:
+            raise ValueError(
+                f"ImageNet-32 batch {path}: label {labels[outside[0]]} (image {outside[0]}; {outside.size} in all) "
+                f"is outside the {num_classes} classes (labels are 1..{num_classes})"
+            )
+        return data, labels.astype(np.int64)
 
     @staticmethod
     def _read_batch(path: Path) -> dict:
@@ -183,6 +218,7 @@ class TinyImageNet(Dataset):
         train: bool = True,
         transform: Callable | None = None,
         download: bool = False,
+        num_classes: int = 200,
     ):
         folder = Path(root) / "tiny-imagenet-200"
         if not (folder / "train").is_dir():
@@ -199,6 +235,11 @@ class TinyImageNet(Dataset):
             except Exception as error:  # noqa: BLE001 - URLError, timeouts, HTTP errors, a bad archive
                 raise _download_error("tiny_imagenet", Path(root), error) from error
         self.classes = sorted(p.name for p in (folder / "train").iterdir() if p.is_dir())
+        if len(self.classes) > num_classes:  # their indices would run past the classifier and the kNN votes
+            raise ValueError(
+                f"Tiny-ImageNet {folder / 'train'} holds {len(self.classes)} class folders, more than its "
+                f"{num_classes} classes"
+            )
         class_index = {wnid: i for i, wnid in enumerate(self.classes)}
         if train:
             self.samples = [
@@ -212,10 +253,22 @@ class TinyImageNet(Dataset):
             if not annotations.is_file():
                 raise FileNotFoundError(f"Tiny-ImageNet validation labels {annotations} are missing")
             self.samples = []
-            for line in annotations.read_text().splitlines():
+            for line_number, line in enumerate(annotations.read_text().splitlines(), start=1):
+                if not line.strip():
+                    continue
                 fields = line.split("\t")
-                if len(fields) >= 2:
-                    self.samples.append((folder / "val" / "images" / fields[0], class_index[fields[1]]))
+                where = f"Tiny-ImageNet validation labels {annotations}, line {line_number}"
+                if len(fields) < 2:
+                    raise ValueError(f"{where}: expected an image name and a class (tab-separated), got {line!r}")
+                if fields[1] not in class_index:
+                    raise ValueError(
+                        f"{where}: class {fields[1]!r} is not one of the {len(self.classes)} training classes "
+                        f"(the folders of {folder / 'train'})"
+                    )
+                image = folder / "val" / "images" / fields[0]
+                if not image.is_file():
+                    raise FileNotFoundError(f"{where}: image {image} is missing")
+                self.samples.append((image, class_index[fields[1]]))
         if not self.samples:
             raise FileNotFoundError(f"no Tiny-ImageNet images under {folder}")
         self.transform = transform
@@ -326,9 +379,11 @@ def load_image_dataset(
     if name in ("cifar10", "cifar100", "stl10"):
         dataset = _torchvision_dataset(name, root, split, transform, allow_download)
     elif name == "imagenet32":
-        dataset = ImageNet32(root, train=split != "test", transform=transform)
+        dataset = ImageNet32(root, train=split != "test", transform=transform, num_classes=spec.num_classes)
     elif name == "tiny_imagenet":
-        dataset = TinyImageNet(root, train=split != "test", transform=transform, download=allow_download)
+        dataset = TinyImageNet(
+            root, train=split != "test", transform=transform, download=allow_download, num_classes=spec.num_classes
+        )
     elif name == "digits":
         dataset = Digits("test" if split == "test" else "train", image_size=image_size, transform=transform)
     else:  # fake: deterministic noise images; the test split uses other seeds than train/pretrain

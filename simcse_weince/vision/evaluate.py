@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from simcse_weince.paths import resolve_data_dir
 from simcse_weince.training.runs import read_trainer_state
 from simcse_weince.vision.augment import evaluation_transform
 from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
@@ -280,9 +281,9 @@ def evaluate_model(
 
     spec = dataset_spec(dataset)
     transform = evaluation_transform(image_size, mean=spec.mean, std=spec.std)
-    splits = {}
-    for split, limit in (("train", train_size), ("test", test_size)):
-        images = load_image_dataset(
+    # both splits read (and their files checked) before any feature is computed
+    images = {
+        split: load_image_dataset(
             dataset,
             split,
             transform=transform,
@@ -292,9 +293,20 @@ def evaluate_model(
             limit=limit,
             seed=0,
         )
+        for split, limit in (("train", train_size), ("test", test_size))
+    }
+    splits = {}
+    for split in images:
         splits[split] = extract_features(
-            model.backbone, images, batch_size=batch_size, device=device, desc=f"{split} features"
+            model.backbone, images[split], batch_size=batch_size, device=device, desc=f"{split} features"
         )
+        labels = splits[split][1]
+        outside = ((labels < 0) | (labels >= spec.num_classes)).nonzero().flatten()
+        if len(outside):  # the readers check their files; this catches any other source before an IndexError
+            raise ValueError(
+                f"{dataset} {split} split (under {resolve_data_dir(data_dir) / dataset}): label "
+                f"{int(labels[outside[0]])} of item {int(outside[0])} is outside its {spec.num_classes} classes"
+            )
     (train_x, train_y), (test_x, test_y) = splits["train"], splits["test"]
     probe = probe or LinearProbeConfig()
     linear = linear_probe(train_x, train_y, test_x, test_y, config=probe, num_classes=spec.num_classes)

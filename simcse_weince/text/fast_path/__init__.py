@@ -14,11 +14,13 @@ in training steps and knows nothing of how it works.
 
 Transformers' internals move between releases (5.25 added a required argument to the private mask builder that
 the unpadded forward called). So :func:`build_training_forward` **checks itself by running** before the first
-step: the stock forward (``encoder(**inputs)``, one padded batch) and the fast one on a small fixed batch in eval
-mode (no dropout, so no random draws), outputs and a few weight gradients compared at fp32 tolerance
-(:data:`CHECK_TOLERANCE`). On an exception or a mismatch one warning names the versions and what failed, and
-training continues on a plainer forward (length chunks on the encoder's own forward, else the stock forward);
-``results.json`` records which path ran and why (:attr:`TrainingForward.report`).
+step: the stock forward (``encoder(**inputs)``, one padded batch) and the fast one on small fixed batches of the
+shapes training will see (:func:`check_batches`: rows from 2 tokens up to the run's ``max_length``, forwards with
+padding and without), in eval mode (no dropout, so no random draws), outputs and a few weight
+gradients compared at fp32 tolerance (:data:`CHECK_TOLERANCE`) and, for a mixed-precision run, once more under the
+run's autocast (:data:`AUTOCAST_TOLERANCE`). On an exception or a mismatch one warning names the versions and what
+failed, and training continues on a plainer forward (length chunks on the encoder's own forward, else the stock
+forward); ``results.json`` records which path ran and why (:attr:`TrainingForward.report`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ logger = logging.getLogger(__name__)
 #: the start-up check's tolerance, relative to the largest magnitude compared: fp32 rounding of a 6-layer encoder
 #: whose kernels sum in another order (oneDNN, length chunks), with room; a wrong mask or layer moves it by >1e-2
 CHECK_TOLERANCE = 1e-4
+#: the outputs' tolerance under a mixed-precision run's autocast: bf16 keeps 8 bits of mantissa, so the two
+#: forwards' roundings differ far more than in fp32. That pass catches what breaks only in the run's precision (an
+#: error, another dtype, outputs far off); the fp32 pass catches the subtle mismatches
+AUTOCAST_TOLERANCE = 2e-2
+#: the autocast dtype of each mixed precision (``mixed_precision`` of a run)
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -101,13 +109,21 @@ STOCK = TrainingForward(report={"path": "stock", "reason": None})
 
 
 def build_training_forward(
-    encoder: nn.Module, speed, *, length_chunks: int, mixed_precision: str, device_type: str = "cpu"
+    encoder: nn.Module,
+    speed,
+    *,
+    length_chunks: int,
+    mixed_precision: str,
+    max_length: int,
+    device_type: str = "cpu",
 ) -> TrainingForward:
     """The training forward that ``speed`` (a :class:`~simcse_weince.text.config.SpeedConfig`) asks for, checked.
 
-    ``length_chunks`` is the resolved number of chunks (``speed.length_chunks`` may say ``auto``). The first
-    candidate that passes :func:`check_training_forward` is returned: the one asked for, then length chunks on the
-    encoder's own forward, then the stock forward. Its :attr:`~TrainingForward.report` says which ran and why."""
+    ``length_chunks`` is the resolved number of chunks (``speed.length_chunks`` may say ``auto``), ``max_length``
+    the longest row training will give it (tokens), ``mixed_precision`` the run's (``no``, ``bf16``, ``fp16``). The
+    first candidate that passes :func:`check_training_forward` on those shapes and that precision is returned: the
+    one asked for, then length chunks on the encoder's own forward, then the stock forward. Its
+    :attr:`~TrainingForward.report` says which ran and why."""
     unpadded = bool(speed.unpadded_layers and not speed.compile and supports_unpadded(encoder))
     asked = TrainingForward(
         length_chunks=length_chunks,
@@ -121,7 +137,7 @@ def build_training_forward(
     failures = []
     started = time.perf_counter()
     for candidate in candidates:
-        failure = check_training_forward(encoder, candidate)
+        failure = check_training_forward(encoder, candidate, max_length=max_length, mixed_precision=mixed_precision)
         if failure is None:
             break
         failures.append(f"{candidate.describe()}: {failure}")
@@ -146,13 +162,13 @@ def versions_line() -> str:
     return f"transformers {transformers.__version__}, torch {torch.__version__}"
 
 
-def check_batch(encoder: nn.Module, rows: int = 6) -> dict:
-    """A small fixed, right-padded batch for ``encoder`` (no random draws): rows of lengths 2..9 of token ids
-    spread over the vocabulary, token types 0."""
+def check_batch(encoder: nn.Module, lengths=(9, 4, 7, 2, 9, 5)) -> dict:
+    """A fixed, right-padded batch for ``encoder`` (no random draws): one row per entry of ``lengths`` (tokens,
+    capped at the model's positions), token ids spread over the vocabulary, token types 0."""
     config = encoder.config
     positions = getattr(config, "max_position_embeddings", 512) or 512
-    lengths = [min(length, positions) for length in (9, 4, 7, 2, 9, 5)[:rows]]
-    width = max(lengths)
+    lengths = [max(1, min(length, positions)) for length in lengths]
+    rows, width = len(lengths), max(lengths)
     vocabulary = config.vocab_size
     ids = (torch.arange(rows * width).view(rows, width) * 7919 + 101) % max(vocabulary - 1, 1) + 1
     mask = (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
@@ -164,6 +180,29 @@ def check_batch(encoder: nn.Module, rows: int = 6) -> dict:
     return {name: value.to(device) for name, value in batch.items()}
 
 
+def check_lengths(max_length: int, length_chunks: int) -> list[list[int]]:
+    """The row lengths of the check's batches: rows from ``max_length`` tokens down to 2 (distinct where
+    ``max_length`` allows, out of order: the forward sorts them), some forwards padded and some not.
+
+    With length chunks, one batch of ``length_chunks + 1`` rows: the forward's first chunk holds the two longest
+    rows (padded), every other chunk one row (no padding). Without, a padded batch of three rows and a batch of two
+    ``max_length`` rows (no padding anywhere)."""
+    longest = max(2, int(max_length))
+
+    def spread(rows: int) -> list[int]:
+        lengths = [round(longest - index * (longest - 2) / (rows - 1)) for index in range(rows)]
+        return lengths[1::2] + lengths[0::2]  # second, fourth, ... then the longest, third, ...: not sorted
+
+    if length_chunks > 1:
+        return [spread(int(length_chunks) + 1)]
+    return [spread(3), [longest, longest]]
+
+
+def check_batches(encoder: nn.Module, max_length: int, length_chunks: int) -> list[dict]:
+    """The batches :func:`check_training_forward` runs (:func:`check_lengths`, capped at the model's positions)."""
+    return [check_batch(encoder, lengths) for lengths in check_lengths(max_length, length_chunks)]
+
+
 def _check_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Every real token reaches the compared vectors: [CLS], the mean and the maximum over real tokens."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -172,40 +211,65 @@ def _check_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return torch.cat([hidden[:, 0], mean, largest], dim=-1)
 
 
-def check_training_forward(encoder: nn.Module, candidate: TrainingForward) -> str | None:
-    """None if ``candidate`` computes what the stock forward computes on :func:`check_batch` (outputs and the
-    gradients of two weight matrices, fp32, eval mode: no random draws), else what failed, in a few words."""
-    inputs = check_batch(encoder)
-    weights = [p for p in encoder.parameters() if p.requires_grad and p.dim() == 2]
-    weights = [weights[1], weights[-1]] if len(weights) > 1 else weights  # a layer's first and the last matrix
+def check_training_forward(
+    encoder: nn.Module, candidate: TrainingForward, *, max_length: int, mixed_precision: str = "no"
+) -> str | None:
+    """None if ``candidate`` computes what the stock forward computes on :func:`check_batches` (rows up to
+    ``max_length`` tokens, padded and not; outputs and the gradients of two weight matrices, eval mode: no random
+    draws) in fp32 and, for ``mixed_precision`` ``bf16`` / ``fp16``, under that autocast too; else what failed and
+    where, in a few words."""
+    batches = check_batches(encoder, max_length, candidate.length_chunks)
+    passes = [(None, CHECK_TOLERANCE)]
+    if mixed_precision in AUTOCAST_DTYPES:
+        passes.append((AUTOCAST_DTYPES[mixed_precision], AUTOCAST_TOLERANCE))
     was_training = encoder.training
     encoder.eval()
     try:
-        with torch.autocast(inputs["input_ids"].device.type, enabled=False), torch.enable_grad():
-            stock = _check_pool(encoder(**inputs).last_hidden_state, inputs["attention_mask"])
-            try:
-                fast = candidate(encoder, inputs, _check_pool)
-            except Exception as error:  # noqa: BLE001 - any failure of a fast path means: use the stock one
-                return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
-            if fast.shape != stock.shape:
-                return f"output of shape {tuple(fast.shape)}, the stock forward's is {tuple(stock.shape)}"
-            mismatch = _relative_difference(fast, stock)
-            if not mismatch <= CHECK_TOLERANCE:
-                return f"outputs differ from the stock forward's by {mismatch:.2g} (tolerance {CHECK_TOLERANCE:g})"
-            probe = torch.linspace(-1, 1, stock.numel(), device=stock.device).view_as(stock)
-            try:
-                stock_grads = torch.autograd.grad((stock * probe).sum(), weights, allow_unused=True)
-                fast_grads = torch.autograd.grad((fast * probe).sum(), weights, allow_unused=True)
-            except Exception as error:  # noqa: BLE001
-                return f"backward: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            for index, (expected, got) in enumerate(zip(stock_grads, fast_grads)):
-                if (expected is None) != (got is None):
-                    return f"gradient {index} missing"
-                mismatch = 0.0 if expected is None else _relative_difference(got, expected)
-                if not mismatch <= CHECK_TOLERANCE:
-                    return f"gradients differ from the stock forward's by {mismatch:.2g}"
+        for dtype, tolerance in passes:
+            for inputs in batches:
+                failure = _check_one(encoder, candidate, inputs, dtype, tolerance)
+                if failure is not None:
+                    lengths = inputs["attention_mask"].sum(dim=1).tolist()
+                    shape = f"{len(lengths)} rows of {min(lengths)}-{max(lengths)} tokens"
+                    return f"{failure}, on {shape} in {mixed_precision if dtype is not None else 'fp32'}"
     finally:
         encoder.train(was_training)
+    return None
+
+
+def _check_one(encoder: nn.Module, candidate: TrainingForward, inputs: dict, dtype, tolerance: float) -> str | None:
+    """:func:`check_training_forward` on one batch, in fp32 (``dtype`` None) or under autocast to ``dtype``."""
+    weights = [p for p in encoder.parameters() if p.requires_grad and p.dim() == 2]
+    weights = [weights[1], weights[-1]] if len(weights) > 1 else weights  # a layer's first and the last matrix
+    device_type = inputs["input_ids"].device.type
+    with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None), torch.enable_grad():
+        stock = _check_pool(encoder(**inputs).last_hidden_state, inputs["attention_mask"])
+        try:
+            fast = candidate(encoder, inputs, _check_pool)
+        except Exception as error:  # noqa: BLE001 - any failure of a fast path means: use the stock one
+            return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}".rstrip(": ")
+        if fast.shape != stock.shape or fast.dtype != stock.dtype:
+            return (f"output of shape {tuple(fast.shape)} ({fast.dtype}), the stock forward's is "
+                    f"{tuple(stock.shape)} ({stock.dtype})")  # fmt: skip
+        mismatch = _relative_difference(fast, stock)
+        if not mismatch <= tolerance:
+            return f"outputs differ from the stock forward's by {mismatch:.2g} (tolerance {tolerance:g})"
+        probe = torch.linspace(-1, 1, stock.numel(), device=stock.device).view_as(stock)
+        try:
+            stock_grads = torch.autograd.grad((stock.float() * probe).sum(), weights, allow_unused=True)
+            fast_grads = torch.autograd.grad((fast.float() * probe).sum(), weights, allow_unused=True)
+        except Exception as error:  # noqa: BLE001
+            return f"backward: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    for index, (expected, got) in enumerate(zip(stock_grads, fast_grads)):
+        if (expected is None) != (got is None):
+            return f"gradient {index} missing"
+        if got is not None and not bool(torch.isfinite(got).all()):
+            return f"gradient {index} is not finite"
+        # under autocast a weight gradient moves by a tenth between the two forwards (bf16 rounding of every
+        # token's product): only the fp32 pass compares gradients
+        mismatch = 0.0 if expected is None or dtype is not None else _relative_difference(got, expected)
+        if not mismatch <= tolerance:
+            return f"gradients differ from the stock forward's by {mismatch:.2g}"
     return None
 
 
