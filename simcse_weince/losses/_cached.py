@@ -67,6 +67,30 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
         return self.loss.temperature
 
     @property
+    def scale(self) -> float:
+        return self.loss.scale
+
+    @property
+    def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:
+        return self.loss.similarity_fct
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return self.loss.directions
+
+    @property
+    def partition_mode(self) -> str:
+        return self.loss.partition_mode
+
+    @property
+    def hardness_mode(self) -> str | None:
+        return self.loss.hardness_mode
+
+    @property
+    def hardness_strength(self) -> float:
+        return self.loss.hardness_strength
+
+    @property
     def config(self) -> WeinceConfig:
         return self.loss.config
 
