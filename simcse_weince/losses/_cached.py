@@ -66,9 +66,17 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
     def temperature(self) -> float:
         return self.loss.temperature
 
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self.loss.temperature = value
+
     @property
     def scale(self) -> float:
         return self.loss.scale
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.loss.scale = value
 
     @property
     def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:

@@ -5,6 +5,7 @@ finiteness check of a loss."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -43,6 +44,13 @@ def resolve_temperature(temperature, scale) -> float:
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or scale == float("inf"):
         raise ValueError(f"scale must be a finite positive number, got {scale!r}")
     return 1.0 / float(scale)
+
+
+def is_cosine(similarity_fct) -> bool:
+    """sentence-transformers' ``cos_sim``, also as a ``functools.partial`` that binds nothing."""
+    if isinstance(similarity_fct, functools.partial) and not similarity_fct.args and not similarity_fct.keywords:
+        similarity_fct = similarity_fct.func
+    return similarity_fct is cos_sim
 
 
 def check_config(config) -> WeinceConfig:
@@ -109,12 +117,16 @@ class ColumnsLoss(nn.Module):
 
     @property
     def scale(self) -> float:
-        """sentence-transformers' name for 1 / temperature."""
+        """sentence-transformers' name for 1 / temperature (assignable, as MNRL's)."""
         return 1.0 / self.temperature
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.temperature = resolve_temperature(None, value)
 
     def _similarity_option(self) -> Callable[[Tensor, Tensor], Tensor] | None:
         """None for cosine (the package's float64-statistics path), else MNRL's callable."""
-        return None if self.similarity_fct is cos_sim else self.similarity_fct
+        return None if is_cosine(self.similarity_fct) else self.similarity_fct
 
     def contrastive_options(self) -> dict[str, Any]:
         """MNRL's options of this loss, as :meth:`get_config_dict` reports them."""

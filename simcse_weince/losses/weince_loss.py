@@ -8,7 +8,7 @@ from typing import Any
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
-from simcse_weince.losses._columns import ColumnsLoss
+from simcse_weince.losses._columns import ColumnsLoss, is_cosine
 from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.weince.loss import WeinceConfig
 
@@ -141,7 +141,7 @@ class WeinceLoss(ColumnsLoss):
 
                 loss = WeinceLoss(model, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
         """
-        if similarity_fct is not None and similarity_fct is not cos_sim:
+        if similarity_fct is not None and not is_cosine(similarity_fct):
             raise ValueError(
                 f"WeinceLoss takes cosine similarity only (similarity_fct=cos_sim), got "
                 f"{getattr(similarity_fct, '__name__', similarity_fct)!r}: its shortfall logit -log(1 - s) needs "
