@@ -281,5 +281,5 @@ def test_readme_swap_runs_as_printed(minilm_path, monkeypatch):
     exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
     loss, reference = namespace["loss"], namespace["reference"]
     assert isinstance(loss, WeinceLoss) and loss.directions == reference.directions
-    assert loss.get_config_dict()["hardness_mode"] == reference.hardness_mode
-    assert cos_sim is loss.similarity_fct
+    assert loss.partition_mode == reference.partition_mode == "per_direction"
+    assert loss.scale == pytest.approx(reference.scale) and loss.similarity_fct is cos_sim
