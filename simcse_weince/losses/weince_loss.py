@@ -70,8 +70,8 @@ class WeinceLoss(ColumnsLoss):
                 ``"query_to_query"``, ``"doc_to_query"``, ``"doc_to_doc"``; default ``("query_to_doc",)``. What
                 each row's positive, tail negatives and shortfall logit are: ``docs/directions.md``.
             partition_mode: ``"joint"`` (one softmax per anchor over all its blocks; the default) or
-                ``"per_direction"`` (one softmax, one λ per row and one ρ_0 per direction, losses averaged; not with
-                ``query_to_query`` or ``doc_to_doc``), as in MNRL.
+                ``"per_direction"`` (one softmax per direction, each row with its own λ and each direction with its
+                own ρ_0, losses averaged; not with ``query_to_query`` or ``doc_to_doc``), as in MNRL.
             hardness_mode: MNRL's hard-negative weighting, ``α · stop_grad(s_ij)`` added to the ``query_to_doc``
                 logits of ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` (the anchor's own extra
                 columns: EmbeddingGemma's, α = 5) or ``"all_negatives"``; None turns it off whatever α is. MNRL's
@@ -86,10 +86,11 @@ class WeinceLoss(ColumnsLoss):
         a positional call could bind a value to another loss's option (MNRL's second positional is ``scale``).
 
         Each anchor row the loss builds (one per anchor in ``joint``, one per anchor and direction in
-        ``per_direction``) has its own λ and β: the row's positive is the ``query_to_doc`` pair (and, in a
-        ``doc_to_query`` row, the anchor's query); its negatives for the tail statistics are its other finite
-        entries; the shortfall logit is blended into every finite entry; masked entries (a query against itself,
-        a document against its own query's documents) take no part. λ = 0 is MNRL exactly, whatever the options.
+        ``per_direction``) has its own λ and β: its positives are the anchor's pair (the ``query_to_doc`` entry
+        and, where the row holds a ``doc_to_query`` block, that block's entry of the anchor's query); its negatives
+        for the tail statistics are its other finite entries; the shortfall logit is blended into every finite
+        entry; masked entries (a query against itself, a document against its own query's documents) take no part.
+        λ = 0 is MNRL exactly, whatever the options (``docs/directions.md``).
 
         After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, for logging.
