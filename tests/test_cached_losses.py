@@ -172,7 +172,9 @@ def test_options_are_checked_and_reported(model):
     assert loss.last_diagnostics == {}
     assert "2101.06983" in loss.citation and "2606.00262" in loss.citation
     assert CachedInfoNCELoss(model).get_config_dict() == {
-        "temperature": 0.05, "gather_across_devices": False, "mini_batch_size": 32, "mini_batch_num_tokens": None,
+        "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
+        "directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": "in_batch_negatives",
+        "hardness_strength": 0.0, "mini_batch_size": 32, "mini_batch_num_tokens": None,
     }  # fmt: skip
 
 

@@ -124,7 +124,11 @@ def test_config_dict_citation_and_docstring(fresh_minilm):
     assert config["temperature"] == 0.1 and config["gate"] == "rho" and config["beta"] == 2.0
     assert "2606.00262" in loss.citation
     assert "Example" in WeinceLoss.__init__.__doc__ and "Inputs" in WeinceLoss.__init__.__doc__
-    assert InfoNCELoss(fresh_minilm).get_config_dict() == {"temperature": 0.05, "gather_across_devices": False}
+    assert InfoNCELoss(fresh_minilm).get_config_dict() == {
+        "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
+        "directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": "in_batch_negatives",
+        "hardness_strength": 0.0,
+    }  # fmt: skip
 
 
 def test_options_after_temperature_are_keyword_only():

@@ -53,6 +53,7 @@ SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cel
 FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
+DIRECTIONS, MNRL_TESTS = "simcse_weince/weince/directions.py", "tests/test_mnrl_equivalence.py"
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
 MUTATIONS = (
@@ -141,6 +142,27 @@ MUTATIONS = (
         "text trainer: the worst dev step kept as the best", RESULTS,
         (('score > state["best_stsb_dev_spearman"]', 'score < state["best_stsb_dev_spearman"]'),),
         ("tests/test_train.py", "-k", "best_dev"), "model selection on STS-B dev",
+    ),
+    # ---- MNRL's options (issue 53)
+    Mutation(
+        "directions: the doc_to_query positive counted among the tail's negatives", DIRECTIONS,
+        (("blocks.append(_Block(sims, precise, None, eye))", "blocks.append(_Block(sims, precise, None, None))"),),
+        (MNRL_TESTS, "-k", "documented_loss"), "docs/directions.md: a row's positives are not its negatives",
+    ),
+    Mutation(
+        "hardness: hard_negatives weights the in-batch negatives", CORE,
+        (("return (columns % num_rows == rows) & (columns >= num_rows)", "return columns % num_rows != rows"),),
+        (MNRL_TESTS, "-k", "plain_losses and triplets"), "MNRL's hardness_mode='hard_negatives' (EmbeddingGemma)",
+    ),
+    Mutation(
+        "options: per_direction accepted with query_to_query", FROM_EMBEDDINGS,
+        (('if partition_mode == "per_direction" and same_type:', "if False:"),),
+        (MNRL_TESTS, "-k", "refused"), "refused as MNRL refuses it",
+    ),
+    Mutation(
+        "options: scale read as a temperature", COLUMNS,
+        (("return 1.0 / float(scale)", "return float(scale)"),),
+        (MNRL_TESTS, "-k", "plain_losses and pairs"), "scale = 1 / temperature, MNRL's spelling",
     ),
     # ---- the vision trainer and adapter
     Mutation(
@@ -282,7 +304,7 @@ MUTATIONS = (
     ),
     Mutation(
         "core: the hardness weighting also weighs the anchor's own hard negatives", CORE,
-        (("    return columns[None, :] != layout.rows[:, None]", "    return columns[None, :] >= 0"),),
+        (("        return columns % num_rows != rows", "        return columns >= 0"),),
         ("tests/test_infonce_hardness.py",), "sentence-transformers' in_batch_negatives mode excludes them",
     ),
     Mutation(
@@ -561,7 +583,7 @@ MUTATIONS = (
         ("tests/test_import_graph.py", "-k", "sentence_transformers"), "issue 38's move did it: seconds per run",
     ),
     Mutation(
-        "WeinceLoss drops its hardness_strength before the core", "simcse_weince/losses/weince_loss.py",
+        "WeinceLoss drops its hardness_strength before the core", COLUMNS,
         (("        self.hardness_strength = float(hardness_strength)\n", "        self.hardness_strength = 0.0\n"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
     ),

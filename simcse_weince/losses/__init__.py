@@ -8,6 +8,10 @@
 Each file is named after its class (in snake case, so that a submodule never shadows the class it exports).
 
 One text column is unsupervised SimCSE (dropout positives); two or more are (anchor, positive, negatives...).
+Every class takes sentence-transformers' ``MultipleNegativesRankingLoss`` options (``scale``, ``similarity_fct``,
+``gather_across_devices``, ``directions``, ``partition_mode``, ``hardness_mode``, ``hardness_strength``; checked once
+by :func:`~simcse_weince.losses.from_embeddings.check_contrastive_options`); what WEINCE does on each direction:
+``docs/directions.md``.
 
 The path from per-column embeddings to the loss, which these classes and the trainers' objective share, is
 :func:`~simcse_weince.losses.from_embeddings.loss_from_embeddings` (``from_embeddings.py``; torch only).

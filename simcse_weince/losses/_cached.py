@@ -66,6 +66,38 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
     def temperature(self) -> float:
         return self.loss.temperature
 
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self.loss.temperature = value
+
+    @property
+    def scale(self) -> float:
+        return self.loss.scale
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.loss.scale = value
+
+    @property
+    def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:
+        return self.loss.similarity_fct
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        return self.loss.directions
+
+    @property
+    def partition_mode(self) -> str:
+        return self.loss.partition_mode
+
+    @property
+    def hardness_mode(self) -> str | None:
+        return self.loss.hardness_mode
+
+    @property
+    def hardness_strength(self) -> float:
+        return self.loss.hardness_strength
+
     @property
     def config(self) -> WeinceConfig:
         return self.loss.config

@@ -5,19 +5,52 @@ finiteness check of a loss."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from sentence_transformers.base.losses.merged_forward import embed_columns as _embed_columns
+from sentence_transformers.util import cos_sim, similarity_fct_name
 from torch import Tensor, nn
 
-from simcse_weince.losses.from_embeddings import EmbeddingsLoss, loss_from_embeddings, read_diagnostics
+from simcse_weince.losses.from_embeddings import (
+    EmbeddingsLoss,
+    check_contrastive_options,
+    loss_from_embeddings,
+    read_diagnostics,
+)
 from simcse_weince.weince.loss import WeinceConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPERATURE = 0.05  # SimCSE's; MNRL's scale=20
 
 
 def check_temperature(temperature) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
     return float(temperature)
+
+
+def resolve_temperature(temperature, scale) -> float:
+    """τ from ``temperature`` or from sentence-transformers' spelling ``scale`` = 1 / τ (one or the other)."""
+    if temperature is not None and scale is not None:
+        raise ValueError(
+            f"give temperature or scale (= 1 / temperature), not both; got temperature={temperature!r}, scale={scale!r}"
+        )
+    if scale is None:
+        return check_temperature(DEFAULT_TEMPERATURE if temperature is None else temperature)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or scale == float("inf"):
+        raise ValueError(f"scale must be a finite positive number, got {scale!r}")
+    return 1.0 / float(scale)
+
+
+def is_cosine(similarity_fct) -> bool:
+    """sentence-transformers' ``cos_sim``, also as a ``functools.partial`` that binds nothing."""
+    if isinstance(similarity_fct, functools.partial) and not similarity_fct.args and not similarity_fct.keywords:
+        similarity_fct = similarity_fct.func
+    return similarity_fct is cos_sim
 
 
 def check_config(config) -> WeinceConfig:
@@ -39,24 +72,73 @@ def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) 
 
 class ColumnsLoss(nn.Module):
     """A contrastive loss over text columns (column 0 anchors, column 1 positives, further columns hard negatives;
-    one column: unsupervised SimCSE). A subclass names its loss (``loss_name``: ``"weince"``, ``"infonce"``) and
-    sets ``hardness_strength`` and ``track_statistics`` (whether WEINCE's statistics of each batch are kept)."""
+    one column: unsupervised SimCSE) with sentence-transformers' ``MultipleNegativesRankingLoss`` options. A
+    subclass names its loss (``loss_name``: ``"weince"``, ``"infonce"``) and sets ``track_statistics`` (whether
+    WEINCE's statistics of each batch are kept)."""
 
     loss_name: str
-    hardness_strength: float = 0.0
     track_statistics: bool = True
 
     def __init__(
-        self, model: nn.Module, temperature: float, *, config: WeinceConfig | None, gather_across_devices: bool
+        self,
+        model: nn.Module,
+        temperature: float | None,
+        *,
+        scale: float | None,
+        config: WeinceConfig | None,
+        gather_across_devices: bool,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] | None,
+        directions: Sequence[str],
+        partition_mode: str,
+        hardness_mode: str | None,
+        hardness_strength: float,
     ) -> None:
         super().__init__()
-        self.temperature = check_temperature(temperature)
+        self.temperature = resolve_temperature(temperature, scale)
         self.model = model
         self.config = check_config(config)
         self.gather_across_devices = gather_across_devices
+        self.similarity_fct = cos_sim if similarity_fct is None else similarity_fct
+        if not callable(self.similarity_fct):
+            raise ValueError(f"similarity_fct must be a function of two embedding matrices, got {similarity_fct!r}")
+        self.directions, self.partition_mode, self.hardness_mode = check_contrastive_options(
+            directions, partition_mode, hardness_mode, hardness_strength
+        )
+        self.hardness_strength = float(hardness_strength)
+        if hardness_mode is None and hardness_strength > 0:
+            logger.warning(
+                "hardness_strength=%g is ignored with hardness_mode=None (as in MultipleNegativesRankingLoss); "
+                "leave hardness_mode unset (in_batch_negatives) or name a mode to apply it",
+                hardness_strength,
+            )
         # the last batch's loss, columns and statistics, for a lazy finiteness check when the diagnostics are read
         # (no per-step device synchronisation)
         self._last: EmbeddingsLoss | None = None
+
+    @property
+    def scale(self) -> float:
+        """sentence-transformers' name for 1 / temperature (assignable, as MNRL's)."""
+        return 1.0 / self.temperature
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.temperature = resolve_temperature(None, value)
+
+    def _similarity_option(self) -> Callable[[Tensor, Tensor], Tensor] | None:
+        """None for cosine (the package's float64-statistics path), else MNRL's callable."""
+        return None if is_cosine(self.similarity_fct) else self.similarity_fct
+
+    def contrastive_options(self) -> dict[str, Any]:
+        """MNRL's options of this loss, as :meth:`get_config_dict` reports them."""
+        return {
+            "temperature": self.temperature,
+            "similarity_fct": similarity_fct_name(self.similarity_fct),
+            "gather_across_devices": self.gather_across_devices,
+            "directions": self.directions,
+            "partition_mode": self.partition_mode,
+            "hardness_mode": self.hardness_mode,
+            "hardness_strength": self.hardness_strength,
+        }
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         sentence_features = list(sentence_features)
@@ -69,7 +151,8 @@ class ColumnsLoss(nn.Module):
         result = loss_from_embeddings(
             embeddings, loss=self.loss_name, temperature=self.temperature, config=self.config,
             gather=self.gather_across_devices, hardness_strength=self.hardness_strength,
-            statistics=self.track_statistics,
+            statistics=self.track_statistics, directions=self.directions, partition_mode=self.partition_mode,
+            hardness_mode=self.hardness_mode, similarity_fct=self._similarity_option(),
         )  # fmt: skip
         self._last = EmbeddingsLoss(result.loss.detach(), result.statistics, result.anchors.detach(),
                                     result.candidates.detach())  # fmt: skip

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable, Sequence
+
+from sentence_transformers.util import cos_sim
+from torch import Tensor, nn
 
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
+from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.losses.weince_loss import WEINCE_CITATION, WeinceLoss
 from simcse_weince.weince.config import WeinceConfig
 
@@ -13,8 +17,13 @@ class CachedWeinceLoss(CachedColumnsLoss):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float = 0.05,
+        temperature: float | None = None,
         *,
+        scale: float | None = None,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+        directions: Sequence[str] = DEFAULT_DIRECTIONS,
+        partition_mode: str = "joint",
+        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
         config: WeinceConfig | None = None,
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
@@ -46,7 +55,14 @@ class CachedWeinceLoss(CachedColumnsLoss):
 
         Args:
             model: the SentenceTransformer to train.
-            temperature: τ of the InfoNCE part (SimCSE: 0.05).
+            temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
+            scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
+            similarity_fct: cosine only, as :class:`~simcse_weince.WeinceLoss` (WEINCE needs similarities bounded by 1).
+            directions: MNRL's similarity blocks (``"query_to_doc"``, required; ``"query_to_query"``,
+                ``"doc_to_query"``, ``"doc_to_doc"``), as :class:`~simcse_weince.WeinceLoss`.
+            partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.WeinceLoss`.
+            hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
+                None (off), as :class:`~simcse_weince.WeinceLoss`.
             config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
             mini_batch_size: sentences per encoder pass; bounds the activation memory. The batch size
                 (the negatives) is set by the data loader as usual.
@@ -55,8 +71,9 @@ class CachedWeinceLoss(CachedColumnsLoss):
             gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
                 negatives and the tail statistics span the global batch.
             show_progress_bar: show a progress bar over the mini-batches.
-            hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting to WEINCE's logits, as
-                :class:`~simcse_weince.WeinceLoss`'s option of that name (**ours**, off by default).
+            hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting (``hardness_mode``) to
+                WEINCE's logits, as :class:`~simcse_weince.WeinceLoss`'s option of that name (**ours**, off by
+                default).
 
         After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, as for :class:`~simcse_weince.WeinceLoss`.
@@ -85,8 +102,10 @@ class CachedWeinceLoss(CachedColumnsLoss):
         Relations:
             - Equivalent to :class:`~simcse_weince.WeinceLoss` (same loss and gradients with dropout off; with
               dropout on, the same distribution of masks), but with memory bounded by ``mini_batch_size``.
-            - :class:`CachedInfoNCELoss` is its λ = 0 baseline, the counterpart of
-              ``CachedMultipleNegativesRankingLoss(model, scale=1/temperature)``.
+            - A drop-in for ``CachedMultipleNegativesRankingLoss(model, **options)``: the same options, and at λ = 0
+              the same loss and gradients (``tests/test_mnrl_equivalence.py``).
+            - :class:`CachedInfoNCELoss` is its λ = 0 baseline, equal to
+              ``CachedMultipleNegativesRankingLoss(model, **options)``.
 
         Example:
             ::
@@ -113,6 +132,11 @@ class CachedWeinceLoss(CachedColumnsLoss):
                 temperature,
                 config=config,
                 gather_across_devices=gather_across_devices,
+                scale=scale,
+                similarity_fct=similarity_fct,
+                directions=directions,
+                partition_mode=partition_mode,
+                hardness_mode=hardness_mode,
                 hardness_strength=hardness_strength,
             ),
             mini_batch_size=mini_batch_size,

@@ -17,7 +17,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -25,9 +26,11 @@ from torch import Tensor
 
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.settings import LOSSES
+from simcse_weince.weince.directions import DIRECTIONS, PARTITION_MODES, directions_loss
 from simcse_weince.weince.loss import (
     DIAGNOSTIC_KEYS,
     GEOMETRIES,
+    HARDNESS_MODES,
     WeinceConfig,
     infonce_loss,
     raise_non_finite,
@@ -36,6 +39,55 @@ from simcse_weince.weince.loss import (
 )
 
 _HALF = (torch.float16, torch.bfloat16)
+
+DEFAULT_DIRECTIONS = ("query_to_doc",)
+# MNRL's default is None, which ignores hardness_strength; ours has always applied hardness_strength > 0 to the
+# in-batch negatives, and keeps doing so: with hardness_strength = 0 (the default) both mean no weighting.
+DEFAULT_HARDNESS_MODE = "in_batch_negatives"
+
+
+def check_contrastive_options(
+    directions: Sequence[str] | str = DEFAULT_DIRECTIONS,
+    partition_mode: str = "joint",
+    hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
+    hardness_strength: float = 0.0,
+) -> tuple[tuple[str, ...], str, str | None]:
+    """Validate sentence-transformers' ``MultipleNegativesRankingLoss`` options as it does (with messages that name
+    the option and the value) and return them normalised: ``(directions, partition_mode, hardness_mode)``, the
+    directions as a tuple without repeats (one name alone is taken as a one-direction tuple).
+
+    The one check of these options: the loss classes and the trainers call it.
+    """
+    if isinstance(directions, str):
+        directions = (directions,)
+    try:
+        directions = tuple(dict.fromkeys(directions))
+    except TypeError:
+        raise ValueError(f"directions must be a sequence of direction names, got {directions!r}") from None
+    if not directions:
+        raise ValueError(f"directions must name at least one direction of {DIRECTIONS}")
+    unknown = [name for name in directions if name not in DIRECTIONS]
+    if unknown:
+        raise ValueError(f"unknown directions {unknown}; expected names from {DIRECTIONS}")
+    if "query_to_doc" not in directions:
+        raise ValueError(f"directions must include 'query_to_doc' (it holds the positive pair), got {directions}")
+    if partition_mode not in PARTITION_MODES:
+        raise ValueError(f"partition_mode must be one of {PARTITION_MODES}, got {partition_mode!r}")
+    same_type = [name for name in directions if name in ("query_to_query", "doc_to_doc")]
+    if partition_mode == "per_direction" and same_type:
+        raise ValueError(
+            f"partition_mode='per_direction' needs every direction to hold the positive pair, and {same_type} "
+            f"compare queries with queries or documents with documents only; use partition_mode='joint'"
+        )
+    if hardness_mode is not None and hardness_mode not in HARDNESS_MODES:
+        raise ValueError(f"hardness_mode must be None or one of {HARDNESS_MODES}, got {hardness_mode!r}")
+    if (
+        isinstance(hardness_strength, bool)
+        or not isinstance(hardness_strength, (int, float))
+        or not (hardness_strength >= 0 and math.isfinite(hardness_strength))
+    ):
+        raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength!r}")
+    return directions, partition_mode, hardness_mode
 
 
 class EmbeddingsLoss(NamedTuple):
@@ -74,6 +126,10 @@ def loss_from_embeddings(
     gather: bool = False,
     hardness_strength: float = 0.0,
     statistics: bool = False,
+    directions: Sequence[str] = DEFAULT_DIRECTIONS,
+    partition_mode: str = "joint",
+    hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
+    similarity_fct: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> EmbeddingsLoss:
     """The loss of per-column embeddings: column 0 the anchors, column 1 their positives, further columns hard
     negatives (row i of each is anchor i's own; every anchor sees all of them as extra candidates).
@@ -86,9 +142,20 @@ def loss_from_embeddings(
         geometry: ``"simcse"`` (candidate i is anchor i's positive) or ``"simclr"`` (the 2N x 2N NT-Xent set of
             two views; no hard negatives).
         gather: gather every column from all processes (with gradient) first.
-        hardness_strength: sentence-transformers' ``α · stop_grad(s_ij)`` on every in-batch negative (0: off).
+        hardness_strength: sentence-transformers' ``α · stop_grad(s_ij)`` on the negatives ``hardness_mode`` selects
+            (0: off).
         statistics: also return WEINCE's λ statistics; for ``"infonce"`` they are those λ would have been computed
             from (the loss is then WEINCE's at λ = 0, which is InfoNCE).
+        directions: sentence-transformers' MNRL ``directions`` (``query_to_doc``, ``query_to_query``,
+            ``doc_to_query``, ``doc_to_doc``); what WEINCE does on each: :mod:`simcse_weince.weince.directions`.
+        partition_mode: MNRL's ``"joint"`` or ``"per_direction"``.
+        hardness_mode: MNRL's ``hardness_mode`` (``"in_batch_negatives"``, ``"hard_negatives"``,
+            ``"all_negatives"``, or None: off); the default, ``"in_batch_negatives"``, is what ``hardness_strength``
+            alone has always meant here (MNRL's default None ignores ``hardness_strength``).
+        similarity_fct: MNRL's ``similarity_fct`` for ``"infonce"`` (e.g. ``sentence_transformers.util.dot_score``);
+            None is cosine, the only similarity WEINCE takes (its shortfall logit needs similarities bounded by 1).
+
+    The options are checked by :func:`check_contrastive_options`; ``geometry="simclr"`` takes their defaults only.
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -96,8 +163,34 @@ def loss_from_embeddings(
         raise ValueError(f"unknown geometry {geometry!r}; expected one of {GEOMETRIES}")
     if len(columns) > 2 and geometry != "simcse":
         raise ValueError(f"hard negatives need the simcse geometry, not {geometry!r}")
+    directions, partition_mode, hardness_mode = check_contrastive_options(
+        directions, partition_mode, hardness_mode, hardness_strength
+    )
+    non_default = directions != DEFAULT_DIRECTIONS or hardness_mode not in (None, DEFAULT_HARDNESS_MODE)
+    if geometry != "simcse" and non_default:
+        raise ValueError(
+            f"the {geometry} geometry (two views, no queries and documents) takes no directions or hardness_mode; "
+            f"got directions={directions}, hardness_mode={hardness_mode!r}"
+        )
+    if similarity_fct is not None and (loss == "weince" or statistics):
+        raise ValueError(
+            "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
+            "similarities bounded by 1; leave similarity_fct unset"
+        )
+    if hardness_mode is None:  # MNRL: no hardness weighting, whatever hardness_strength says
+        hardness_strength, hardness_mode = 0.0, DEFAULT_HARDNESS_MODE
     anchors, candidates = anchors_and_candidates(columns, gather)
-    options = {"temperature": temperature, "geometry": geometry, "hardness_strength": hardness_strength}
+    if directions != DEFAULT_DIRECTIONS or similarity_fct is not None:
+        value = directions_loss(
+            anchors, candidates, directions=directions, partition_mode=partition_mode, temperature=temperature,
+            config=config, mixing_weight=0.0 if loss == "infonce" else None, hardness_mode=hardness_mode,
+            hardness_strength=hardness_strength, similarity=similarity_fct, return_stats=statistics,
+        )  # fmt: skip
+        if not statistics:
+            return EmbeddingsLoss(value, {}, anchors, candidates)
+        return EmbeddingsLoss(value[0], summarize_statistics(value[1]), anchors, candidates)
+    options = {"temperature": temperature, "geometry": geometry, "hardness_strength": hardness_strength,
+               "hardness_mode": hardness_mode}  # fmt: skip
     if loss == "infonce" and not statistics:
         return EmbeddingsLoss(infonce_loss(anchors, candidates, **options), {}, anchors, candidates)
     if not statistics:

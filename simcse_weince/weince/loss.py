@@ -50,6 +50,8 @@ __all__ = [
     "DIAGNOSTIC_KEYS",
     "GEOMETRIES",
     "GATES",
+    "HARDNESS_MODES",
+    "hardness_mask",
 ]
 
 GEOMETRIES = ("simcse", "simclr")
@@ -378,6 +380,7 @@ def weince_loss(
     return_stats: bool = False,
     mixing_weight: torch.Tensor | None = None,
     hardness_strength: float = 0.0,
+    hardness_mode: str = "in_batch_negatives",
 ):
     """WEINCE contrastive loss (mean over anchors).
 
@@ -399,6 +402,9 @@ def weince_loss(
             term of :func:`infonce_loss`'s ``hardness_strength`` (sentence-transformers' hardness weighting). **Ours,
             not the paper's** (Studies 2 and 3 in ``docs/experiments.md``); 0, the default, is the paper's loss. At
             λ = 0 it equals ``infonce_loss(..., hardness_strength=α)``. The tail statistics and λ do not see it.
+        hardness_mode: which negatives get that term (:func:`hardness_mask`): ``"in_batch_negatives"`` (the default),
+            ``"hard_negatives"`` (the anchor's own hard-negative columns) or ``"all_negatives"`` (both); simclr has
+            in-batch negatives only.
 
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
@@ -425,7 +431,9 @@ def weince_loss(
         beta = shortfall_exponent(stats, config)
         infonce_scale, shortfall_scale = _logit_scales(weight, beta, temperature, compute_dtype)
         # a constant of the logits (no gradient through it), so the closed-form backward's slope is unchanged
-        hardness_bias = _hardness_bias(sims, hardness_strength, geometry, layout) if hardness_strength else None
+        hardness_bias = (
+            _hardness_bias(sims, hardness_strength, geometry, layout, hardness_mode) if hardness_strength else None
+        )
     with _autocast_off(sims.device.type):
         loss, logits = _WeinceCrossEntropy.apply(
             sims, infonce_scale, shortfall_scale, layout, config.eps, hardness_bias
@@ -456,6 +464,7 @@ def infonce_loss(
     temperature: float,
     geometry: str = "simcse",
     hardness_strength: float = 0.0,
+    hardness_mode: str = "in_batch_negatives",
 ):
     """InfoNCE / NT-Xent on cosine similarities: cross-entropy of the positive among the candidates.
 
@@ -466,7 +475,7 @@ def infonce_loss(
     anchor's own positive or hard-negative columns), so harder negatives weigh more in the softmax (Lan et al.,
     2025, LLaVE, eq. 5): sentence-transformers' ``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives",
     hardness_strength=α)``, the parameter-free hard-negative weighting a user would otherwise pick. 0 (the
-    default) is plain InfoNCE.
+    default) is plain InfoNCE. ``hardness_mode`` picks the negatives that get it, as in :func:`weince_loss`.
     """
     _validate_embeddings(anchors, candidates, geometry, temperature)
     check_hardness_strength(hardness_strength)
@@ -475,7 +484,7 @@ def infonce_loss(
     with _autocast_off(sims.device.type):
         logits = sims / float(temperature)
         if hardness_strength:
-            logits = logits + _hardness_bias(sims, hardness_strength, geometry, layout)
+            logits = logits + _hardness_bias(sims, hardness_strength, geometry, layout, hardness_mode)
         loss = _cross_entropy(logits, layout)
     _raise_if_not_finite(loss, anchors, candidates)
     return loss
@@ -487,15 +496,32 @@ def check_hardness_strength(hardness_strength: float) -> None:
         raise ValueError(f"hardness_strength must be a finite number >= 0, got {hardness_strength}")
 
 
-def _hardness_bias(sims: torch.Tensor, hardness_strength: float, geometry: str, layout: _Layout) -> torch.Tensor:
-    """``α · stop_grad(s_ij)`` on every in-batch negative, 0 elsewhere: LLaVE's hardness weighting as logits."""
-    return hardness_strength * sims.detach() * _in_batch_negatives(geometry, layout, sims.shape)
+def _hardness_bias(
+    sims: torch.Tensor, hardness_strength: float, geometry: str, layout: _Layout, hardness_mode: str
+) -> torch.Tensor:
+    """``α · stop_grad(s_ij)`` on the negatives ``hardness_mode`` selects, 0 elsewhere: LLaVE's hardness weighting
+    as logits."""
+    if geometry == "simclr":  # no hard negatives: every negative is an in-batch one
+        mask = ~layout.not_negative
+    else:
+        mask = hardness_mask(hardness_mode, sims.shape[0], sims.shape[1], sims.device)
+    return hardness_strength * sims.detach() * mask
 
 
-def _in_batch_negatives(geometry: str, layout: _Layout, shape) -> torch.Tensor:
-    """A x C mask of each anchor's in-batch negatives: simcse without the anchor's own columns (its positive and
-    its hard negatives, columns i, i + A, i + 2A, ...); simclr: every negative (there are no hard negatives)."""
-    if geometry == "simclr":
-        return ~layout.not_negative
-    columns = torch.arange(shape[1], device=layout.rows.device) % shape[0]
-    return columns[None, :] != layout.rows[:, None]
+HARDNESS_MODES = ("in_batch_negatives", "hard_negatives", "all_negatives")
+
+
+def hardness_mask(hardness_mode: str, num_rows: int, num_columns: int, device) -> torch.Tensor:
+    """A x C mask of the entries sentence-transformers' ``hardness_mode`` weights, in the simcse layout (candidate
+    columns: the positives 0..A-1, then each hard-negative column; anchor i's own are i, i + A, i + 2A, ...):
+    ``in_batch_negatives``: every column but the anchor's own; ``hard_negatives``: its own hard negatives only;
+    ``all_negatives``: every column but its positive."""
+    if hardness_mode not in HARDNESS_MODES:
+        raise ValueError(f"unknown hardness_mode {hardness_mode!r}; expected one of {HARDNESS_MODES}")
+    rows = torch.arange(num_rows, device=device)[:, None]
+    columns = torch.arange(num_columns, device=device)[None, :]
+    if hardness_mode == "in_batch_negatives":
+        return columns % num_rows != rows
+    if hardness_mode == "hard_negatives":
+        return (columns % num_rows == rows) & (columns >= num_rows)
+    return columns != rows
