@@ -51,6 +51,7 @@ TRUST = "tests/test_checkpoint_trust.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
+STATISTICS_CALLBACK = "simcse_weince/losses/weince_statistics_callback.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 BRUTE = ("tests/test_weince_bruteforce.py",)
 
@@ -580,6 +581,17 @@ MUTATIONS = (
         "the final evaluation ignores eval_bf16", RESULTS,
         (("    with evaluation_autocast(eval_bf16, device):\n", "    with evaluation_autocast(False, device):\n"),),
         ("tests/test_precision.py", "-k", "eval_bf16_evaluates"), "the card would say bf16 for fp32 scores",
+    ),
+    # ---- WEINCE's statistics in SentenceTransformerTrainer's logs
+    Mutation(
+        "statistics callback: attached after the report_to trackers", STATISTICS_CALLBACK,
+        (("            callbacks.insert(0, callback)\n", "            callbacks.append(callback)\n"),),
+        ("tests/test_statistics_callback.py", "-k", "tensorboard"), "TensorBoard/W&B would log without λ",
+    ),
+    Mutation(
+        "statistics callback: accumulation micro-batches before the last not counted", STATISTICS_CALLBACK,
+        (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
+        ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
     ),
 )
 # fmt: on

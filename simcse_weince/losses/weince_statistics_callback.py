@@ -71,16 +71,20 @@ class WeinceStatisticsCallback(TrainerCallback):
             ::
 
                 from datasets import Dataset
-                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+                from sentence_transformers import (
+                    SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments,
+                )
                 from simcse_weince import WeinceLoss, WeinceStatisticsCallback
 
                 model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
                 train_dataset = Dataset.from_dict({"text": ["A man is playing a guitar.", "The cat sleeps.",
                                                             "Stocks fell on Monday.", "She reads in the park."]})
-                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=WeinceLoss(model))
+                args = SentenceTransformerTrainingArguments("out", logging_steps=1, report_to="tensorboard")
+                trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train_dataset,
+                                                     loss=WeinceLoss(model))
                 WeinceStatisticsCallback.attach(trainer)
                 trainer.train()
-                print([entry.get("weince_lambda_mean") for entry in trainer.state.log_history])
+                print(trainer.state.log_history[0]["weince_lambda_mean"])
         """
         self.prefix = prefix
         self.losses = find_columns_losses(loss)
