@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from simcse_weince.distributed import gather_with_grad
-from simcse_weince.settings import LOSSES
+from simcse_weince.settings import DIRECTIONS, HARDNESS_MODES, LOSSES, PARTITION_MODES
 from simcse_weince.weince.loss import (
     DIAGNOSTIC_KEYS,
     GEOMETRIES,
@@ -64,6 +64,42 @@ def anchors_and_candidates(columns: Sequence[Tensor], gather: bool) -> tuple[Ten
     return anchors, candidates
 
 
+# stub: replaced by the i53core branch (the interface the trainer plumbs; the rules are MNRL's)
+DEFAULT_DIRECTIONS = ("query_to_doc",)
+
+
+# stub: replaced by the i53core branch
+def check_contrastive_options(
+    directions: Sequence[str], partition_mode: str, hardness_mode: str | None, hardness_strength: float
+) -> tuple[tuple[str, ...], str, str | None]:
+    """``(directions, partition_mode, hardness_mode)`` checked as sentence-transformers'
+    ``MultipleNegativesRankingLoss`` checks them; a bad value raises a ``ValueError`` naming it."""
+    if isinstance(directions, str):
+        directions = (directions,)
+    directions = tuple(directions)
+    if not directions:
+        raise ValueError(f"directions must name at least one of {DIRECTIONS}")
+    unknown = [direction for direction in directions if direction not in DIRECTIONS]
+    if unknown:
+        raise ValueError(f"unknown directions {unknown}; expected some of {DIRECTIONS}")
+    if len(set(directions)) != len(directions):
+        raise ValueError(f"directions {list(directions)} name a direction twice")
+    if "query_to_doc" not in directions:
+        raise ValueError(f"directions must include query_to_doc (it holds the positive pair), got {list(directions)}")
+    if partition_mode not in PARTITION_MODES:
+        raise ValueError(f"unknown partition_mode {partition_mode!r}; expected one of {PARTITION_MODES}")
+    if partition_mode == "per_direction" and {"query_to_query", "doc_to_doc"} & set(directions):
+        raise ValueError(
+            "partition_mode='per_direction' needs every direction's candidates to hold the positive pair, which "
+            "query_to_query and doc_to_doc do not; use partition_mode='joint'"
+        )
+    if hardness_mode is not None and hardness_mode not in HARDNESS_MODES:
+        raise ValueError(f"unknown hardness_mode {hardness_mode!r}; expected None or one of {HARDNESS_MODES}")
+    if isinstance(hardness_strength, bool) or not hardness_strength >= 0:
+        raise ValueError(f"hardness_strength must be >= 0, got {hardness_strength!r}")
+    return directions, partition_mode, hardness_mode
+
+
 def loss_from_embeddings(
     columns: Sequence[Tensor],
     *,
@@ -74,6 +110,9 @@ def loss_from_embeddings(
     gather: bool = False,
     hardness_strength: float = 0.0,
     statistics: bool = False,
+    directions: Sequence[str] = DEFAULT_DIRECTIONS,
+    partition_mode: str = "joint",
+    hardness_mode: str | None = None,
 ) -> EmbeddingsLoss:
     """The loss of per-column embeddings: column 0 the anchors, column 1 their positives, further columns hard
     negatives (row i of each is anchor i's own; every anchor sees all of them as extra candidates).
@@ -89,6 +128,9 @@ def loss_from_embeddings(
         hardness_strength: sentence-transformers' ``α · stop_grad(s_ij)`` on every in-batch negative (0: off).
         statistics: also return WEINCE's λ statistics; for ``"infonce"`` they are those λ would have been computed
             from (the loss is then WEINCE's at λ = 0, which is InfoNCE).
+        directions, partition_mode, hardness_mode: sentence-transformers' ``MultipleNegativesRankingLoss``
+            options (see :func:`check_contrastive_options`); the defaults are today's loss (stub: replaced by the
+            i53core branch, which implements the others).
     """
     if loss not in LOSSES:
         raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -96,6 +138,9 @@ def loss_from_embeddings(
         raise ValueError(f"unknown geometry {geometry!r}; expected one of {GEOMETRIES}")
     if len(columns) > 2 and geometry != "simcse":
         raise ValueError(f"hard negatives need the simcse geometry, not {geometry!r}")
+    # stub: replaced by the i53core branch
+    if (tuple(directions), partition_mode, hardness_mode) != (DEFAULT_DIRECTIONS, "joint", None):
+        raise NotImplementedError("directions, partition_mode and hardness_mode come with the i53core branch")
     anchors, candidates = anchors_and_candidates(columns, gather)
     options = {"temperature": temperature, "geometry": geometry, "hardness_strength": hardness_strength}
     if loss == "infonce" and not statistics:

@@ -105,6 +105,11 @@ class TextTask(TrainingTask):
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.tokenized, self.columns, self.skipped = _load_model_and_data(config, self.train_file)
+        if config.hardness_mode == "hard_negatives" and len(self.columns) < 3:
+            raise ValueError(
+                f"hardness_mode hard_negatives weighs the hard-negative column, and {self.train_file} holds "
+                f"{_describe_rows(self.columns)}, without one; use in_batch_negatives or all_negatives, or triplets"
+            )
         # the fast path checks itself on the device it will run on, before any step (no random draws)
         model.to(accelerator.device)
         model.training_forward = build_training_forward(
@@ -118,7 +123,7 @@ class TextTask(TrainingTask):
         self.counts_flops = encoder_dimensions(model.encoder.config) is not None  # MFU: BERT-like encoders
         self.objective = ContrastiveObjective(
             config.loss, config.temperature, weince=config.weince, geometry="simcse",
-            hardness_strength=config.hardness_strength,
+            hardness_strength=config.hardness_strength, **config.contrastive_options(),
         )  # fmt: skip
         return self.model, total_steps
 
