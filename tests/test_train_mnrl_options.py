@@ -60,8 +60,9 @@ def _printed_config(capsys, *flags) -> dict:
 def test_flags_and_config_keys_set_the_options(capsys, tmp_path):
     default = _printed_config(capsys)
     assert [default[name] for name in OPTIONS] == [["query_to_doc"], "joint", None]
-    spaced = _printed_config(capsys, "--directions", "query_to_doc", "doc_to_query", "--partition-mode",
-                             "per_direction", "--hardness-mode", "hard_negatives", "--hardness-strength", "5")  # fmt: skip
+    flags = ["--directions", "query_to_doc", "doc_to_query", "--partition-mode", "per_direction", "--hardness-mode",
+             "hard_negatives", "--hardness-strength", "5"]  # fmt: skip
+    spaced = _printed_config(capsys, *flags)
     assert [spaced[name] for name in OPTIONS] == [["query_to_doc", "doc_to_query"], "per_direction", "hard_negatives"]
     commas = _printed_config(capsys, "--directions", "query_to_doc,query_to_query", "doc_to_doc")
     assert commas["directions"] == ["query_to_doc", "query_to_query", "doc_to_doc"]
@@ -121,9 +122,11 @@ def test_the_vision_geometry_takes_only_the_defaults():
 
 def test_compare_variants_set_the_options(tmp_path):
     variants_file = tmp_path / "variants.yaml"
-    variants_file.write_text("infonce-symmetric: {loss: infonce, directions: [query_to_doc, doc_to_query]}\n"
-                             "weince-gte: {directions: 'query_to_doc,query_to_query,doc_to_query,doc_to_doc'}\n"
-                             "bad: {partition_mode: per_direction, directions: [query_to_doc, doc_to_doc]}\n")  # fmt: skip
+    variants_file.write_text(
+        "infonce-symmetric: {loss: infonce, directions: [query_to_doc, doc_to_query]}\n"
+        "weince-gte: {directions: 'query_to_doc,query_to_query,doc_to_query,doc_to_doc'}\n"
+        "bad: {partition_mode: per_direction, directions: [query_to_doc, doc_to_doc]}\n"
+    )
     variants = load_variants(variants_file, TEXT_VARIANTS)
     base = preset("cpu-demo", output_dir=str(tmp_path / "sweep"))
     configs = cell_configs(base, {name: variants[name] for name in ("infonce", "infonce-symmetric", "weince-gte")},
