@@ -593,6 +593,23 @@ MUTATIONS = (
         (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
         ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
     ),
+    # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
+    Mutation(
+        "train: MNRL options not checked", "simcse_weince/text/config.py",
+        (("        self.check_contrastive_options()\n", ""),),
+        ("tests/test_train_mnrl_options.py", "-k", "bad_value"), "a typo'd direction would fail mid-run, or not at all",
+    ),
+    Mutation(
+        "train: --directions never reaches the loss", TRAIN,
+        (("hardness_strength=config.hardness_strength, **config.contrastive_options(),",
+          "hardness_strength=config.hardness_strength,"),),
+        ("tests/test_train_mnrl_options.py", "-k", "run_with_the_options"), "the card would name a loss not trained",
+    ),
+    Mutation(
+        "card: the Loss line omits the MNRL options", "simcse_weince/hub.py",
+        (("contrastive_options=contrastive_options_text(config),", 'contrastive_options="",'),),
+        ("tests/test_train_mnrl_options.py", "-k", "card_record"), "a symmetric-loss model's card says plain InfoNCE",
+    ),
 )
 # fmt: on
 
