@@ -97,6 +97,9 @@ def test_a_bad_value_ends_in_one_line_before_anything_is_written(tmp_path, capsy
     error_lines = [line for line in err.splitlines() if "error:" in line]
     assert len(error_lines) == 1 and expect in error_lines[0], err[-2000:]
     assert not run_dir.exists()
+    # the config itself refuses them: --print-config (and compare, the Python API) never show a config that fails
+    assert main(["train", "--preset", "cpu-demo", *flags, "--print-config"]) == 1
+    assert expect in capsys.readouterr().err
 
 
 def test_hard_negatives_without_a_negative_column_ends_in_one_line(tiny_model, files, data_dir, tmp_path, capsys):
