@@ -25,6 +25,7 @@ _EXPORTS = {
     "InfoNCELoss": "losses",
     "CachedWeinceLoss": "losses",
     "CachedInfoNCELoss": "losses",
+    "WeinceStatisticsCallback": "losses.weince_statistics_callback",
 }
 
 __all__ = list(_EXPORTS)

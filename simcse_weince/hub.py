@@ -29,6 +29,26 @@ TEMPLATE = "simcse_sentence_encoder.md"
 LOSS_TITLES = {"weince": "WEINCE", "infonce": "InfoNCE"}
 
 
+def contrastive_options_text(config: dict) -> str:
+    """The loss's MultipleNegativesRankingLoss options as the card's Loss line names them; "" when the loss is the
+    plain one (query -> doc, one softmax, no hardness weighting). Older runs' configs lack the keys: defaults."""
+    directions = list(config.get("directions") or ["query_to_doc"])
+    partition_mode = config.get("partition_mode") or "joint"
+    strength = config.get("hardness_strength") or 0.0
+    # older runs lack the key: their strength weighed the in-batch negatives; None (none) turns the weighting off
+    hardness_mode = config.get("hardness_mode", "in_batch_negatives")
+    if hardness_mode is None:
+        strength = 0.0
+    parts = []
+    if directions != ["query_to_doc"]:
+        parts.append("directions " + ", ".join(f"`{direction}`" for direction in directions))
+    if partition_mode != "joint":
+        parts.append(f"partition mode `{partition_mode}`")
+    if strength:
+        parts.append(f"hardness weighting `{hardness_mode}` with strength {strength:g}")
+    return "; ".join(parts)
+
+
 def template_text(name: str = TEMPLATE) -> str:
     """The text of a model-card template shipped in ``simcse_weince/model_cards/``."""
     return resources.files("simcse_weince").joinpath("model_cards", name).read_text(encoding="utf-8")
@@ -83,6 +103,7 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
         repo_id=repo_id or f"your-name/{Path(config['output_dir']).name}",
         loss=config["loss"],
         loss_title=loss_title,
+        contrastive_options=contrastive_options_text(config),
         pooler=config["pooler"],
         recipe="supervised SimCSE" if supervised else "unsupervised SimCSE",
         supervised=supervised,

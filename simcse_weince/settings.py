@@ -28,6 +28,11 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "training_config.yaml"  # a run's resolved config; its presence marks a folder as one of our runs
 LOSSES = ("weince", "infonce")  # the contrastive objectives every trainer offers
 REPORT_TO = ("csv", "tensorboard")  # the trackers every trainer offers
+# sentence-transformers' MultipleNegativesRankingLoss options that the text trainer takes (the losses' surface;
+# check_contrastive_options in losses/from_embeddings.py holds the rules)
+DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+PARTITION_MODES = ("joint", "per_direction")
+HARDNESS_MODES = ("in_batch_negatives", "hard_negatives", "all_negatives")  # or None: in_batch_negatives if α > 0
 
 
 def convert_value(value, hint, name: str = "value"):
@@ -48,6 +53,8 @@ def convert_value(value, hint, name: str = "value"):
             return value
         raise ValueError(f"{name} must be one of {args}, got {value!r}")
     if origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+            value = ",".join(value)  # a flag's space-separated values may hold commas too: "a b,c"
         if isinstance(value, str) and value.strip().lower() in ("none", "null"):
             return ()
         if isinstance(value, str):
@@ -193,6 +200,14 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _flag_arity(hint) -> dict:
+    """argparse options by a field's type: a bool flag alone means true; a tuple takes one or more values
+    (``--directions query_to_doc doc_to_query`` or ``--directions query_to_doc,doc_to_query``)."""
+    if hint is bool:
+        return {"nargs": "?", "const": "true"}
+    return {"nargs": "+"} if typing.get_origin(hint) is tuple else {}
+
+
 def add_config_flags(
     parser: argparse.ArgumentParser,
     cls,
@@ -222,7 +237,7 @@ def add_config_flags(
             metavar=field.name.upper(),
             help=(f"choices: {', '.join(map(str, choices[field.name]))}; " if field.name in (choices or {}) else "")
             + f"default {shown}",
-            **({"nargs": "?", "const": "true"} if hints[field.name] is bool else {}),
+            **_flag_arity(hints[field.name]),
         )
     for old, new in (aliases or {}).items():  # the old name goes through apply_overrides, which warns
         group.add_argument(

@@ -52,6 +52,7 @@ RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
+STATISTICS_CALLBACK = "simcse_weince/losses/weince_statistics_callback.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 DIRECTIONS, MNRL_TESTS = "simcse_weince/weince/directions.py", "tests/test_mnrl_equivalence.py"
 BRUTE = ("tests/test_weince_bruteforce.py",)
@@ -760,6 +761,34 @@ MUTATIONS = (
         "fast path: the check ignores the run's precision (fp32 only)", FAST_PATH,
         (("    if mixed_precision in AUTOCAST_DTYPES:\n", "    if False:\n"),),
         ("tests/test_fast_path.py", "-k", "precision_only"), "issue 54 class 10: a bf16-only break failed step 1",
+    ),
+    # ---- WEINCE's statistics in SentenceTransformerTrainer's logs
+    Mutation(
+        "statistics callback: attached after the report_to trackers", STATISTICS_CALLBACK,
+        (("            callbacks.insert(0, callback)\n", "            callbacks.append(callback)\n"),),
+        ("tests/test_statistics_callback.py", "-k", "tensorboard"), "TensorBoard/W&B would log without λ",
+    ),
+    Mutation(
+        "statistics callback: accumulation micro-batches before the last not counted", STATISTICS_CALLBACK,
+        (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
+        ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
+    ),
+    # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
+    Mutation(
+        "train: MNRL options not checked", "simcse_weince/text/config.py",
+        (("        self.check_contrastive_options()\n", ""),),
+        ("tests/test_train_mnrl_options.py", "-k", "bad_value"), "a typo'd direction would fail mid-run, or not at all",
+    ),
+    Mutation(
+        "train: --directions never reaches the loss", TRAIN,
+        (("hardness_strength=config.hardness_strength, **config.contrastive_options(),",
+          "hardness_strength=config.hardness_strength,"),),
+        ("tests/test_train_mnrl_options.py", "-k", "run_with_the_options"), "the card would name a loss not trained",
+    ),
+    Mutation(
+        "card: the Loss line omits the MNRL options", "simcse_weince/hub.py",
+        (("contrastive_options=contrastive_options_text(config),", 'contrastive_options="",'),),
+        ("tests/test_train_mnrl_options.py", "-k", "card_record"), "a symmetric-loss model's card says plain InfoNCE",
     ),
 )
 # fmt: on

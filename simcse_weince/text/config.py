@@ -13,7 +13,7 @@ from typing import Literal
 
 from simcse_weince.poolers import TRAINING_POOLERS
 from simcse_weince.precision import MIXED_PRECISION, amx_tiles
-from simcse_weince.settings import LOSSES, REPORT_TO, apply_overrides
+from simcse_weince.settings import DIRECTIONS, HARDNESS_MODES, LOSSES, PARTITION_MODES, REPORT_TO, apply_overrides
 from simcse_weince.validation import check_field_types
 from simcse_weince.weince.config import WeinceConfig
 
@@ -24,7 +24,12 @@ STS_TASKS = ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sickr")
 
 #: the allowed values of TrainConfig's choice fields (named in the CLI help; checked by validate())
 FIELD_CHOICES = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": MIXED_PRECISION,
-                 "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO}  # fmt: skip
+                 "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO,
+                 "directions": DIRECTIONS, "partition_mode": PARTITION_MODES,
+                 "hardness_mode": ("none", *HARDNESS_MODES)}  # fmt: skip
+#: sentence-transformers' MultipleNegativesRankingLoss options, at the values that leave the loss as it was
+CONTRASTIVE_DEFAULTS = {"directions": ("query_to_doc",), "partition_mode": "joint",
+                        "hardness_mode": "in_batch_negatives"}  # fmt: skip
 
 
 @dataclass
@@ -86,6 +91,14 @@ class TrainConfig:
     temperature: float = 0.05
     weince: WeinceConfig = field(default_factory=WeinceConfig)
     hardness_strength: float = 0.0  # LLaVE's weighting of hard in-batch negatives (ST's MNRL); with weince: ours
+    # sentence-transformers' MultipleNegativesRankingLoss options (docs/training.md; one column: the two dropout
+    # views are query and doc). directions: query_to_doc plus any of doc_to_query, query_to_query, doc_to_doc
+    directions: tuple[str, ...] = ("query_to_doc",)
+    partition_mode: str = "joint"  # joint: one softmax over every direction's candidates; per_direction: one each
+    # which negatives hardness_strength weighs: in_batch_negatives, hard_negatives (the explicit negative columns),
+    # all_negatives; None ("none"): no weighting, as MultipleNegativesRankingLoss's None. The default applies
+    # hardness_strength to the in-batch negatives, as this package always has (and the losses' default does)
+    hardness_mode: str | None = "in_batch_negatives"
     # optimisation
     batch_size: int = 64
     mini_batch_size: int | None = None  # GradCache: encode the batch this many sentences at a time (None: at once)
@@ -126,6 +139,7 @@ class TrainConfig:
             self.speed = SpeedConfig(**self.speed)
         self.final_tasks = tuple(self.final_tasks)
         self.report_to = tuple(self.report_to)
+        self.directions = tuple(self.directions)
         self.validate()
 
     def validate(self) -> None:
@@ -196,6 +210,22 @@ class TrainConfig:
         unknown = [name for name in self.report_to if name not in REPORT_TO]
         if unknown:
             raise ValueError(f"unknown report_to {unknown}; supported: csv, tensorboard")
+        self.check_contrastive_options()
+
+    def contrastive_options(self) -> dict:
+        """``directions``, ``partition_mode`` and ``hardness_mode``, as the losses take them."""
+        return {name: getattr(self, name) for name in CONTRASTIVE_DEFAULTS}
+
+    def check_contrastive_options(self) -> None:
+        """MultipleNegativesRankingLoss's rules for its options (losses/from_embeddings.py); the defaults are
+        not checked there, so that building a config (``--help``) does not import torch."""
+        if self.contrastive_options() == CONTRASTIVE_DEFAULTS:
+            return
+        from simcse_weince.losses.from_embeddings import check_contrastive_options  # torch
+
+        self.directions, self.partition_mode, self.hardness_mode = check_contrastive_options(
+            self.directions, self.partition_mode, self.hardness_mode, self.hardness_strength
+        )
 
     def resolved_mlp_only_train(self, num_columns: int) -> bool:
         """Whether the cls MLP is dropped at evaluation, for a training file of ``num_columns`` columns."""
@@ -205,6 +235,7 @@ class TrainConfig:
         values = dataclasses.asdict(self)
         values["final_tasks"] = list(self.final_tasks)
         values["report_to"] = list(self.report_to)
+        values["directions"] = list(self.directions)
         return values
 
 

@@ -37,6 +37,14 @@ def not_applied_settings(config: TrainConfig, tensorboard_dropped: str | None) -
         changed = [name for name, value in config.weince.to_dict().items() if value != getattr(WeinceConfig(), name)]
         not_applied["weince"] = f"loss=infonce: the WEINCE settings {', '.join(changed)} have no effect"
         logger.warning("%s", not_applied["weince"])
+    if config.hardness_mode is None and config.hardness_strength:
+        not_applied["hardness_strength"] = (
+            f"hardness_mode=none: hardness_strength={config.hardness_strength:g} has no effect"
+        )
+        logger.warning("%s", not_applied["hardness_strength"])
+    if config.hardness_mode not in (None, "in_batch_negatives") and not config.hardness_strength:
+        not_applied["hardness_mode"] = f"hardness_strength=0: hardness_mode={config.hardness_mode} has no effect"
+        logger.warning("%s", not_applied["hardness_mode"])
     return not_applied
 
 

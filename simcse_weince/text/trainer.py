@@ -102,6 +102,11 @@ class TextTask(TrainingTask):
         if config.eval_steps or config.eval_before_training or config.final_evaluation:
             check_evaluation_data(self.data_dir)
         model, self.rows, self.columns, self.skipped = _load_model_and_data(config, self.train_file, accelerator)
+        if config.hardness_mode == "hard_negatives" and len(self.columns) < 3:
+            raise ValueError(
+                f"hardness_mode hard_negatives weighs the hard-negative column, and {self.train_file} holds "
+                f"{_describe_rows(self.columns)}, without one; use in_batch_negatives or all_negatives, or triplets"
+            )
         model.to(accelerator.device)
         if len(self.columns) == 1:  # the encoder's own forward: a compiled training forward would compile twice
             _check_dropout_views(model, self.rows, self.columns, config)
@@ -117,7 +122,7 @@ class TextTask(TrainingTask):
         self.counts_flops = encoder_dimensions(model.encoder.config) is not None  # MFU: BERT-like encoders
         self.objective = ContrastiveObjective(
             config.loss, config.temperature, weince=config.weince, geometry="simcse",
-            hardness_strength=config.hardness_strength,
+            hardness_strength=config.hardness_strength, **config.contrastive_options(),
         )  # fmt: skip
         return self.model, total_steps
 

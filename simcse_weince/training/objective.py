@@ -8,14 +8,16 @@ with autocast off, whatever the training precision (tail statistics need it). Em
 :func:`~simcse_weince.losses.from_embeddings.loss_from_embeddings`, the sentence-transformers losses' path too.
 ``extra_terms`` is an optional module added to the loss (the authors' top-M terms for vision, spec section 7).
 ``hardness_strength`` adds sentence-transformers' hard-negative weighting to either loss
-(:func:`~simcse_weince.weince.infonce_loss`; for WEINCE it is ours, not the paper's).
+(:func:`~simcse_weince.weince.infonce_loss`; for WEINCE it is ours, not the paper's). ``directions``,
+``partition_mode`` and ``hardness_mode`` are sentence-transformers' ``MultipleNegativesRankingLoss`` options
+(simcse geometry only; the defaults are the loss above).
 """
 
 from __future__ import annotations
 
 import torch
 
-from simcse_weince.losses.from_embeddings import loss_from_embeddings
+from simcse_weince.losses.from_embeddings import check_contrastive_options, loss_from_embeddings
 from simcse_weince.settings import LOSSES
 from simcse_weince.weince.loss import GEOMETRIES, WeinceConfig, infonce_loss, weince_loss
 
@@ -38,6 +40,9 @@ class ContrastiveObjective:
         gather: bool = True,
         extra_terms=None,
         hardness_strength: float = 0.0,
+        directions: tuple[str, ...] = ("query_to_doc",),
+        partition_mode: str = "joint",
+        hardness_mode: str | None = "in_batch_negatives",
     ):
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
@@ -47,6 +52,16 @@ class ContrastiveObjective:
         self.weince = weince or WeinceConfig()
         self.extra_terms = extra_terms
         self.hardness_strength = float(hardness_strength)  # LLaVE's weighting of hard negatives; 0: plain
+        self.directions, self.partition_mode, self.hardness_mode = check_contrastive_options(
+            directions, partition_mode, hardness_mode, self.hardness_strength
+        )
+        options = (self.directions, self.partition_mode, self.hardness_mode)
+        if geometry != "simcse" and options != (("query_to_doc",), "joint", "in_batch_negatives"):
+            # simclr's 2N x 2N set treats both views alike already; MNRL's options are defined on (query, doc)
+            raise ValueError(
+                f"directions, partition_mode and hardness_mode are for the simcse geometry (text); the {geometry} "
+                f"geometry takes only their defaults, got {list(options[0])}, {options[1]!r}, {options[2]!r}"
+            )
         self.check_extremes()
 
     def check_extremes(self) -> None:
@@ -91,7 +106,8 @@ class ContrastiveObjective:
             [first_view.float(), second_view.float(), *(column.float() for column in hard_negatives)],
             loss=self.loss, temperature=self.temperature, config=self.weince, geometry=self.geometry,
             gather=self.gather, hardness_strength=self.hardness_strength,
-            statistics=diagnostics and self.loss == "weince",
+            statistics=diagnostics and self.loss == "weince", directions=self.directions,
+            partition_mode=self.partition_mode, hardness_mode=self.hardness_mode,
         )  # fmt: skip
         loss, logs = result.loss, dict(result.statistics)
         if self.extra_terms is not None:  # on the gathered views (simclr geometry: no hard negatives)
