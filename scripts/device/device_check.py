@@ -62,12 +62,24 @@ SENTENCES = [
 
 def tiny_bert_folder(folder: Path, hidden_dropout: float = 0.1) -> Path:
     """A 2-layer, 32-wide BERT (seed 0) and a WordPiece tokenizer over the words of SENTENCES, saved to folder."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
     words = sorted({word for sentence in SENTENCES for word in sentence.split()})
-    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    vocab = {token: index for index, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])}
+    # built through `tokenizers`: transformers 5's BertTokenizerFast(vocab_file=...) ignores the file and keeps
+    # only the 5 special tokens (the received-model check refuses such a tokenizer)
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )  # fmt: skip
     config = BertConfig(
         vocab_size=len(words) + 5, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=hidden_dropout,
