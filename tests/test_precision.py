@@ -118,30 +118,23 @@ class EncoderDtypes:
 
 def _run(tiny_model, train_file, output_dir: Path, monkeypatch, **overrides):
     from simcse_weince.text import fast_path
-
-    check = fast_path.check_training_forward
-
-    def unrecorded_check(*args, **kwargs):
-        dtypes.paused = True
-        try:
-            return check(*args, **kwargs)
-        finally:
-            dtypes.paused = False
-
-    monkeypatch.setattr(fast_path, "check_training_forward", unrecorded_check)
-    # the start-up check that dropout makes two views (one forward without gradients) is not training either
     from simcse_weince.text import trainer as text_trainer
 
-    views_check = text_trainer.check_views_differ
+    def unrecorded(module, name):
+        """The start-up checks (the fast path's, and that dropout makes two views) are not training."""
+        check = getattr(module, name)
 
-    def unrecorded_views_check(*args, **kwargs):
-        dtypes.paused = True
-        try:
-            return views_check(*args, **kwargs)
-        finally:
-            dtypes.paused = False
+        def paused_check(*args, **kwargs):
+            dtypes.paused = True
+            try:
+                return check(*args, **kwargs)
+            finally:
+                dtypes.paused = False
 
-    monkeypatch.setattr(text_trainer, "check_views_differ", unrecorded_views_check)
+        monkeypatch.setattr(module, name, paused_check)
+
+    unrecorded(fast_path, "check_training_forward")
+    unrecorded(text_trainer, "check_views_differ")
     config = preset(
         "paper", model=tiny_model, train_file=train_file, pooler="avg", batch_size=16, max_steps=2, eval_steps=2,
         save_steps=0, eval_max_length=32, final_tasks=["stsb"], report_to=["csv"], output_dir=str(output_dir),
