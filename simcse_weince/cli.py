@@ -1,7 +1,8 @@
 """The ``simcse-weince`` command: one entry point, one sub-command per job.
 
-Each sub-command lives next to the code it drives and exposes ``register(subparsers)``, which adds its parser
-and sets ``func`` (imports of heavy modules happen inside ``func``, so ``--help`` stays fast).
+Each sub-command lives next to the code it drives and exposes ``register(subparsers)`` (or the function
+:data:`SUBCOMMANDS` names), which adds its parser and sets ``func`` (imports of heavy modules happen inside
+``func``, so ``--help`` stays fast).
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ import argparse
 import importlib
 import sys
 
-# sub-command -> module with register(subparsers)
+# sub-command -> "module" with register(subparsers), or "module:function"; registered in this order (the order of
+# ``--help``), each function once. A trainer registers its own ``compare`` (simcse_weince.compare.cli's machinery
+# with its CellKind): text's here, ``vision compare`` inside ``vision``.
 SUBCOMMANDS = {
     "train": "simcse_weince.text.cli",
     "push": "simcse_weince.text.cli",
     "evaluate": "simcse_weince.evaluation.cli",
     "diagnose": "simcse_weince.diagnostics.cli",
     "vision": "simcse_weince.vision.cli",
-    "compare": "simcse_weince.compare.cli",  # also ``vision compare``: registered after vision
+    "compare": "simcse_weince.text.cli:register_compare",
 }
 
 
@@ -28,16 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Errors print one line; add --debug (anywhere) for the full traceback.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    registered = set()
-    for module_name in dict.fromkeys(SUBCOMMANDS.values()):
+    for target in dict.fromkeys(SUBCOMMANDS.values()):
+        module_name, _, function = target.partition(":")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
             if error.name and module_name.startswith(error.name):
                 continue  # that part of the product is not installed in this checkout
             raise
-        module.register(subparsers)
-        registered.add(module_name)
+        getattr(module, function or "register")(subparsers)
     return parser
 
 

@@ -214,31 +214,40 @@ def add_config_flags(
     title: str,
     aliases: dict[str, str] | None = None,
     choices: dict[str, tuple] | None = None,
+    *,
+    flag_options: dict[str, dict] | None = None,
 ) -> None:
     """One flag per field of ``cls`` and of each section (``--quantile`` = ``--weince.quantile``).
 
     Values stay strings here; they are converted and checked when the config is built (:func:`apply_overrides`),
     so a flag, a config file and the Python API share one set of rules. A flag that is not given is absent from
     the namespace (the preset or the file decides). ``aliases`` adds deprecated flag names (old -> field), hidden
-    from the help; ``choices`` names the allowed values of some fields in their help.
+    from the help; ``choices`` names the allowed values of some fields in their help. ``flag_options`` changes
+    the ``add_argument`` options of some fields' flags (field -> options), e.g. ``{"output_dir": {"required":
+    True}}`` for a command that cannot run without it.
     """
     defaults = cls().to_dict()
     hints, sections = typing.get_type_hints(cls), config_sections(cls)
+    flag_options = flag_options or {}
+    flagged = {field.name for field in dataclasses.fields(cls) if field.name not in sections}
+    unknown = sorted(set(flag_options) - flagged)
+    if unknown:
+        raise ValueError(f"flag_options names no field of {cls.__name__}: {', '.join(unknown)}")
     group = parser.add_argument_group(title)
     for field in dataclasses.fields(cls):
         if field.name in sections:
             continue
         default = defaults[field.name]
         shown = ",".join(map(str, default)) if isinstance(default, list) else default
-        group.add_argument(
-            _flag(field.name),
-            dest=f"set:{field.name}",
-            default=argparse.SUPPRESS,
-            metavar=field.name.upper(),
-            help=(f"choices: {', '.join(map(str, choices[field.name]))}; " if field.name in (choices or {}) else "")
+        options = {
+            "dest": f"set:{field.name}",
+            "default": argparse.SUPPRESS,
+            "metavar": field.name.upper(),
+            "help": (f"choices: {', '.join(map(str, choices[field.name]))}; " if field.name in (choices or {}) else "")
             + f"default {shown}",
             **_flag_arity(hints[field.name]),
-        )
+        }
+        group.add_argument(_flag(field.name), **{**options, **flag_options.get(field.name, {})})
     for old, new in (aliases or {}).items():  # the old name goes through apply_overrides, which warns
         group.add_argument(
             _flag(old),
@@ -270,8 +279,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return {key.removeprefix("set:"): value for key, value in vars(args).items() if key.startswith("set:")}
 
 
-def add_run_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """The flags of a training command that are not settings: --config, --resume, --overwrite, --print-config."""
+def add_run_flags(parser: argparse.ArgumentParser):
+    """The flags of a training command that are not settings: --config, --resume, --overwrite, --print-config, in
+    the argument group it returns (``add_argument`` on it adds a command's own)."""
     run = parser.add_argument_group("run")
     run.add_argument(
         "--config", metavar="FILE", help="YAML/JSON file of settings (sections under 'weince:' and 'speed:')"

@@ -90,6 +90,75 @@ def test_a_variant_name_that_would_leave_the_sweep_folder_is_refused(tmp_path, c
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["variants.yaml"]  # nothing written anywhere
 
 
+@pytest.mark.parametrize("command", [["compare"], ["vision", "compare"]])
+def test_each_compare_command_needs_its_sweep_folder(command, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--losses", "infonce", "--print-config"])
+    assert exited.value.code == 2
+    assert "the following arguments are required: --output-dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--output-dir DIR the sweep folder: DIR/<variant>/seed-<s> per run, and the comparison files" in shown
+
+
+def test_each_trainer_registers_its_compare_with_its_cells(tmp_path, capsys):
+    """``compare`` starts from the text preset and sweeps the text variants, ``vision compare`` from
+    VisionTrainConfig's defaults over the vision variants: each trainer's CLI hands its CellKind."""
+    import yaml
+
+    from simcse_weince.vision import VISION_CELLS, VISION_VARIANTS
+
+    sweep = str(tmp_path / "sweep")
+    assert main(["compare", "--preset", "cpu-demo", "--seeds", "1,2", "--output-dir", sweep, "--print-config"]) == 0
+    text = yaml.safe_load(capsys.readouterr().out)
+    assert text["variants"] == TEXT_VARIANTS and text["seeds"] == [1, 2]
+    assert text["base"] == TEXT_CELLS.base_config("cpu-demo", output_dir=sweep).to_dict()
+    assert main(["vision", "compare", "--image-size", "16", "--output-dir", sweep, "--print-config"]) == 0
+    vision = yaml.safe_load(capsys.readouterr().out)
+    assert vision["variants"] == VISION_VARIANTS and "untrained" in vision["variants"]
+    expected = VISION_CELLS.base_config()
+    assert vision["base"] == {**expected.to_dict(), "image_size": 16, "output_dir": sweep}
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_a_new_kind_of_cell_gets_a_compare_command_without_changes_to_compare(tmp_path, capsys):
+    """The command-line machinery is trainer-agnostic: a CellKind with no presets, its own defaults and variants
+    becomes a ``compare`` command (its defaults named after its config class) through add_compare_command alone."""
+    import argparse
+    import dataclasses
+
+    import yaml
+
+    from simcse_weince.compare.cli import add_compare_command
+    from simcse_weince.text import preset
+
+    kind = dataclasses.replace(
+        TEXT_CELLS, name="demo", presets=(), base_config=lambda: preset("cpu-demo", batch_size=16),
+        variants={"infonce": {"loss": "infonce"}, "hot": {"loss": "infonce", "temperature": 0.1}},
+    )  # fmt: skip
+    parser = argparse.ArgumentParser(prog="demo")
+    command = add_compare_command(parser.add_subparsers(dest="command"), kind, help="demo sweeps", epilog="")
+    assert "base settings of every run (defaults: TrainConfig's):" in command.format_help()
+    args = parser.parse_args(["compare", "--losses", "hot,infonce", "--output-dir", str(tmp_path), "--print-config"])
+    assert args.func(args) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["variants"] == {"hot": kind.variants["hot"], "infonce": kind.variants["infonce"]}
+    assert printed["base"]["batch_size"] == 16 and printed["base"]["output_dir"] == str(tmp_path)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare", "--preset", "paper", "--output-dir", str(tmp_path)])  # a kind without presets
+    assert "unrecognized arguments: --preset" in capsys.readouterr().err
+
+
+def test_add_config_flags_refuses_options_for_a_field_it_does_not_have():
+    import argparse
+
+    from simcse_weince.settings import add_config_flags
+
+    with pytest.raises(ValueError, match=r"^flag_options names no field of TrainConfig: output_folder$"):
+        add_config_flags(argparse.ArgumentParser(), TEXT_CELLS.config_class, "t", flag_options={"output_folder": {}})
+
+
 # --- the kinds of cell: handed to compare by their trainer packages ----------------------------------------------
 
 
@@ -113,6 +182,10 @@ def test_the_cell_kinds_are_their_trainer_packages():
     assert text.TEXT_CELLS.aliases is None and "weince-hardness" in text.TEXT_VARIANTS
     assert vision.VISION_CELLS.config_class is VisionTrainConfig and vision.VISION_CELLS.aliases is DEPRECATED_NAMES
     assert vision.VISION_CELLS.variants is vision.VISION_VARIANTS and "untrained" in vision.VISION_VARIANTS
+    # what each one's compare command starts from: the text presets (paper first), VisionTrainConfig's defaults
+    assert text.TEXT_CELLS.base_config is text.preset and text.TEXT_CELLS.presets == tuple(text.PRESETS)
+    assert text.TEXT_CELLS.presets[0] == "paper" and vision.VISION_CELLS.presets == ()
+    assert vision.VISION_CELLS.base_config is VisionTrainConfig
 
 
 def test_importing_compare_loads_no_trainer_package():

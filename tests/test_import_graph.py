@@ -58,27 +58,43 @@ def _with_parents(name: str, modules: dict) -> list[str]:
     return [".".join(parts[:i]) for i in range(2, len(parts) + 1) if ".".join(parts[:i]) in modules]
 
 
-def import_graph() -> dict[str, set[str]]:
+def _import_targets(node: ast.Import | ast.ImportFrom, package: str, modules: dict, exports: dict) -> list[str]:
+    """What an import statement of a module of ``package`` imports: the named modules, and for ``from pkg import
+    name`` also the submodule ``name`` or the one a lazy export maps it to."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:  # relative import
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    targets = [base]
+    for alias in node.names:
+        if f"{base}.{alias.name}" in modules:
+            targets.append(f"{base}.{alias.name}")
+        elif alias.name in exports.get(base, {}):
+            targets.append(f"{base}.{exports[base][alias.name]}")
+    return targets
+
+
+def _parsed_modules() -> tuple[dict[str, Path], dict[str, ast.Module], dict[str, dict[str, str]]]:
+    """The package's modules (name -> path), their syntax trees, and each package's lazy exports."""
     modules = _modules()
     trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
     exports = {name: _lazy_exports(tree) for name, tree in trees.items() if modules[name].name == "__init__.py"}
+    return modules, trees, exports
+
+
+def _package_of(name: str, modules: dict) -> str:
+    return name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules, trees, exports = _parsed_modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, tree in trees.items():
-        package = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
+        package = _package_of(name, modules)
         for node in _top_level_imports(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:  # relative import
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                targets = [base]
-                for alias in node.names:
-                    if f"{base}.{alias.name}" in modules:
-                        targets.append(f"{base}.{alias.name}")
-                    elif alias.name in exports.get(base, {}):
-                        targets.append(f"{base}.{exports[base][alias.name]}")
+            targets = _import_targets(node, package, modules, exports)
             for target in targets:
                 if target == PACKAGE or not target.startswith(PACKAGE + "."):
                     continue
@@ -136,11 +152,10 @@ def test_the_graph_sees_imports_and_a_planted_cycle_is_found():
 
 @pytest.mark.parametrize("folder", ["compare", "training", "losses", "weince"])
 def test_shared_machinery_knows_no_trainer(folder):
-    """compare/'s modules (but its command-line wiring), the shared training loop, the losses and the core import
-    nothing from text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingTask)."""
-    for path in sorted((ROOT / folder).glob("*.py")):
-        if path.name == "cli.py":
-            continue
+    """compare/ (its command-line wiring too), the shared training loop, the losses and the core import nothing from
+    text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingTask) and registers its
+    own ``compare`` command."""
+    for path in sorted((ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
@@ -150,6 +165,96 @@ def test_shared_machinery_knows_no_trainer(folder):
                 continue
             trainers = [n for n in names if n.startswith((f"{PACKAGE}.text", f"{PACKAGE}.vision"))]
             assert not trainers, f"{path.relative_to(ROOT.parent)} line {node.lineno} imports {trainers[0]}"
+
+
+#: The package's floors, lowest first. A module may import, at module level or inside a function, only from its own
+#: floor or a lower one: no arrow back up. A module's floor is that of the longest prefix here that names it (a
+#: folder or a module; names relative to the package); the package root, and so every top-level helper module that
+#: no longer prefix names (settings.py, paths.py, precision.py, validation.py, ...), is the bottom floor. A new
+#: folder goes on the floor it belongs to (docs/layout.md, "Floors").
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("",),  # the package root and its helper modules
+    ("weince",),  # the loss core: tensors in, tensors out
+    ("losses",),  # sentence-transformers losses over the core
+    ("training", "evaluation", "diagnostics"),  # what every trainer shares; STS evaluation; EVT diagnostics
+    ("compare", "hub"),  # what works on runs: variant x seed sweeps (handed a CellKind); the model card and push
+    ("text", "vision"),  # the trainers: each registers its commands (its compare with its CellKind)
+    ("cli",),  # the simcse-weince command
+)
+
+
+def floor_of(module: str) -> int:
+    """The floor of ``module`` (a dotted name in the package): that of the longest prefix of :data:`FLOORS`."""
+    relative = module.removeprefix(PACKAGE).removeprefix(".")
+    best, floor = -1, 0
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (not prefix or relative == prefix or relative.startswith(prefix + ".")) and len(prefix) > best:
+                best, floor = len(prefix), level
+    return floor
+
+
+def every_import() -> dict[str, list[tuple[str, int]]]:
+    """``module -> [(imported module, line), ...]`` for every import statement of the package's own modules,
+    anywhere in a module: at top level, inside functions, under ``TYPE_CHECKING`` (a dependency all the same).
+    An imported name resolves to the longest module of the package it names (a lazy export to its submodule)."""
+    modules, trees, exports = _parsed_modules()
+    imports: dict[str, list[tuple[str, int]]] = {name: [] for name in modules}
+    for name, tree in trees.items():
+        package = _package_of(name, modules)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in _import_targets(node, package, modules, exports):
+                if target == PACKAGE or target.startswith(PACKAGE + "."):
+                    known = [t for t in [PACKAGE, *_with_parents(target, modules)] if t in modules]
+                    imports[name].append((known[-1], node.lineno))
+    return imports
+
+
+def imports_up(imports: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """Each import of ``imports`` that goes to a higher floor, as ``"<file> line <n> imports <module> (floor ...
+    -> floor ...)"``."""
+    modules, found = _modules(), []
+    for name, targets in sorted(imports.items()):
+        for target, line in targets:
+            low, high = floor_of(name), floor_of(target)
+            if high > low:
+                where = modules[name].relative_to(ROOT.parent) if name in modules else name
+                found.append(f"{where} line {line} imports {target} (floor {low} {FLOORS[low]} -> floor {high} "
+                             f"{FLOORS[high]})")  # fmt: skip
+    return found
+
+
+def test_no_import_goes_up_a_floor():
+    """Every import of the package's modules, at module level or inside a function, goes to the same floor or a
+    lower one (:data:`FLOORS`): compare/ knows no trainer, the losses no trainer loop, the core nothing above it."""
+    found = imports_up(every_import())
+    assert not found, "imports back up a floor:\n" + "\n".join(found)
+
+
+def test_the_floors_are_read_and_a_planted_upward_import_is_found():
+    """The check is not vacuous: every floor of the table names a module of the package, imports inside functions
+    are seen, and an import planted in the graph from the core up to a trainer is reported with its file and line."""
+    modules, imports = _modules(), every_import()
+    for prefixes in FLOORS[1:]:
+        for prefix in prefixes:
+            assert f"{PACKAGE}.{prefix}" in modules, f"FLOORS names {prefix!r}, which is not in the package"
+    assert [floor_of(f"{PACKAGE}.{name}") for name in ("settings", "weince.tail", "losses", "training.loop")] == [
+        0, 1, 2, 3
+    ]  # fmt: skip
+    assert floor_of(f"{PACKAGE}.text.cli") == floor_of(f"{PACKAGE}.vision.cells") > floor_of(f"{PACKAGE}.compare.cli")
+    # a function-level import: the trainers' CLI modules import the compare machinery when they register
+    assert f"{PACKAGE}.compare.cli" in {target for target, _ in imports[f"{PACKAGE}.text.cli"]}
+    planted = {**imports, f"{PACKAGE}.weince": [*imports[f"{PACKAGE}.weince"], (f"{PACKAGE}.text.cells", 7)]}
+    found = [line for line in imports_up(planted) if line not in imports_up(imports)]
+    assert found == [f"{PACKAGE}/weince/__init__.py line 7 imports {PACKAGE}.text.cells (floor 1 ('weince',) -> "
+                     "floor 5 ('text', 'vision'))"]  # fmt: skip
+    # an arrow back up from the sweep machinery to a trainer (what compare/cli.py had) is one too
+    back = {**imports, f"{PACKAGE}.compare.cli": [(f"{PACKAGE}.text.cells", 19)]}
+    found = [line for line in imports_up(back) if line not in imports_up(imports)]
+    assert found == [f"{PACKAGE}/compare/cli.py line 19 imports {PACKAGE}.text.cells (floor 4 ('compare', 'hub') -> "
+                     "floor 5 ('text', 'vision'))"]  # fmt: skip
 
 
 def _documented_imports() -> list[str]:

@@ -496,6 +496,18 @@ MUTATIONS = (
         ("tests/test_bad_inputs.py", "-k", "seeds_are_checked"), "issue 24.5: an empty item was silently skipped",
     ),
     Mutation(
+        "compare command: --output-dir optional (a sweep with no folder of its own)", "simcse_weince/compare/cli.py",
+        (('        flag_options={"output_dir": OUTPUT_DIR_FLAG},\n', ""),),
+        ("tests/test_compare.py", "-k", "needs_its_sweep_folder"),
+        "issue 55.3: made required through add_config_flags, not argparse's private _actions",
+    ),
+    Mutation(
+        "compare command: --preset ignored (always the kind's first preset)", "simcse_weince/compare/cli.py",
+        (("kind.base_config(args.preset or kind.presets[0])", "kind.base_config(kind.presets[0])"),),
+        ("tests/test_compare.py", "-k", "registers_its_compare"),
+        "issue 55.1: the base config comes from the CellKind the trainer's CLI hands",
+    ),
+    Mutation(
         "trust B/inputs: a text seed is not range-checked (compare fails at the first set_seed)",
         "simcse_weince/text/config.py",
         (("        if not 0 <= self.seed < 2**32:", "        if False:"),),

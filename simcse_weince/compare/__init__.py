@@ -15,9 +15,11 @@ The summary goes to ``comparison.json``, ``comparison.md`` (a table to paste int
 ``compare/statistics.py``   mean ± sd, paired differences (t-interval, W/T/L, Wilcoxon), λ averaged over seeds
 ``compare/report.py``       ``comparison.md`` and the study report (:func:`study_report`)
 ``compare/plots.py``        ``comparison.png`` and ``comparison_lambda.png``
-``compare/cli.py``          ``simcse-weince compare`` and ``simcse-weince vision compare``
+``compare/cli.py``          :func:`~simcse_weince.compare.cli.add_compare_command`, for a trainer's ``compare``
 ``text/cells.py``           ``TEXT_CELLS``, ``TEXT_VARIANTS``: a ``train`` run, STS metrics
+``text/cli.py``             ``simcse-weince compare`` (with ``TEXT_CELLS``)
 ``vision/cells.py``         ``VISION_CELLS``, ``VISION_VARIANTS``: ``vision train``, then kNN and linear probe
+``vision/cli.py``           ``simcse-weince vision compare`` (with ``VISION_CELLS``)
 ==========================  ============================================================================
 
 Example::
@@ -38,9 +40,10 @@ a ``vision train`` run followed by the frozen-feature evaluation (kNN@20, kNN@1,
 ``untrained`` (``num_epochs: 0``) is the initialised backbone of the same seed, so "does training beat random
 features?" is a paired difference too.
 
-What a kind of cell is (its config class, built-in variants, what it runs and reports) comes from its trainer
-package as a :class:`CellKind`; this package imports neither :mod:`simcse_weince.text` nor
-:mod:`simcse_weince.vision` (they import it).
+What a kind of cell is (its config class, built-in variants, what it runs and reports, the base config of its
+command) comes from its trainer package as a :class:`CellKind`, and each trainer's CLI module registers its own
+``compare`` command with it; this package imports neither :mod:`simcse_weince.text` nor :mod:`simcse_weince.vision`
+(they import it).
 """
 
 from simcse_weince.compare.cells import (

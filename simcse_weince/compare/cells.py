@@ -52,7 +52,8 @@ ACCURACY_X100 = ScoreScale("an accuracy x100", 0.0, 100.0)
 @dataclass(frozen=True, eq=False)
 class CellKind:
     """One kind of cell, as its trainer package hands it to compare: which config it takes, its built-in variants,
-    what a cell runs and which of its numbers are compared."""
+    what a cell runs and which of its numbers are compared, and what its ``compare`` command starts from
+    (:func:`simcse_weince.compare.cli.add_compare_command`, which its trainer's CLI module calls)."""
 
     name: str  # "text", "vision": comparison.json's "task"
     config_class: type  # the base config's class (TrainConfig, VisionTrainConfig)
@@ -65,6 +66,10 @@ class CellKind:
     dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
     data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
     score_scale: ScoreScale  # the range of every compared metric and of the dev curve (an archived cell's checked)
+    # the command line: base_config(preset) (or base_config() for a kind without presets) < --config FILE < flags
+    base_config: Callable[..., object]  # -> the base config of a sweep (text: preset(name); vision: the defaults)
+    presets: tuple[str, ...]  # the names base_config takes (--preset), the first its default; (): it takes none
+    field_choices: Mapping[str, tuple]  # the allowed values of some config fields, shown in their flags' help
 
     def check_config(self, config, caller: str) -> None:
         """TypeError unless ``config`` is a config of this kind (e.g. a VisionTrainConfig given to text cells)."""

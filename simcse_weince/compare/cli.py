@@ -8,69 +8,59 @@ reused only under the same settings and training data, checked for every cell be
 ``DIR/comparison.json``, ``comparison.md``, ``comparison.png``.
 """
 
+# This docstring is the description both commands show. The wiring below knows no trainer: each trainer's CLI
+# module registers its own ``compare`` with add_compare_command, handing its CellKind (what differs: the config
+# class, the presets, the variants, what a cell runs).
+
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 
 from simcse_weince.compare.cells import CellKind, load_variants
 from simcse_weince.compare.sweep import compare
 from simcse_weince.settings import add_config_flags, apply_overrides, overrides_from_args, read_config_file
-from simcse_weince.text.cells import TEXT_CELLS
-from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig, preset
 
-# simcse_weince.vision is imported where ``vision compare`` needs it: that command exists only when the vision
-# command is registered (simcse_weince.cli leaves out a part of the product that is not installed)
-
-COMPARE_EXAMPLES = """examples:
-  simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare
-  simcse-weince compare --preset paper --seeds 1,2,3,4,5 --output-dir runs/paper-compare   # every variant
-  simcse-weince compare --variants-file my_variants.yaml --losses infonce,q03 --output-dir runs/q03
-    # my_variants.yaml:  q03: {loss: weince, weince: {quantile: 0.3}}
-"""
-VISION_COMPARE_EXAMPLES = """examples:
-  simcse-weince vision compare --dataset digits --image-size 16 --batch-size 64 --num-epochs 30 \\
-      --losses infonce,weince,untrained --seeds 1,2,3,4,5 --output-dir runs/digits-compare
-  simcse-weince vision compare --dataset cifar10 --losses infonce,weince --output-dir runs/c10-compare   # paper
-variants: infonce, weince, weince-reference (beta 1), untrained (0 epochs: the initialised backbone of each seed)
-"""
+#: the ``--output-dir`` of a sweep: not optional (one run per cell goes under it)
+OUTPUT_DIR_FLAG = {
+    "required": True,
+    "metavar": "DIR",
+    "help": "the sweep folder: DIR/<variant>/seed-<s> per run, and the comparison files",
+}
 
 
-def register(subparsers) -> None:
-    """``simcse-weince compare`` (text variants over a preset) and, when the ``vision`` command is registered,
-    ``simcse-weince vision compare``."""
+def add_compare_command(subparsers, kind: CellKind, *, help: str, epilog: str) -> argparse.ArgumentParser:
+    """Add the ``compare`` sub-command of ``kind``'s trainer to ``subparsers``: the sweep flags, ``--preset`` when
+    the kind has presets, one flag per setting of its config, and :func:`run_compare` for ``kind`` as ``func``.
+    ``help`` is its line in the trainer's command list; ``epilog`` its examples."""
     parser = subparsers.add_parser(
         "compare",
-        help="train variants (losses) over several seeds and compare them, paired by seed",
+        help=help,
         description=__doc__,
-        epilog=COMPARE_EXAMPLES,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sweep = add_sweep_flags(parser)
-    sweep.add_argument("--preset", default=None, choices=list(PRESETS), help="the base settings (default paper)")
-    finish_parser(parser, TrainConfig, FIELD_CHOICES, task="text")
-    vision = subparsers.choices.get("vision")
-    if vision is not None:  # the vision command keeps its sub-commands in .commands (simcse_weince.vision.cli)
-        register_vision(vision.commands)
-
-
-def register_vision(subparsers) -> None:
-    """``simcse-weince vision compare``: SimCLR variants (and the untrained backbone) over a data set."""
-    from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
-    from simcse_weince.vision.config import FIELD_CHOICES as VISION_FIELD_CHOICES
-
-    parser = subparsers.add_parser(
-        "compare",
-        help="pretrain variants (losses, untrained) over several seeds; kNN and linear probe, paired by seed",
-        description=__doc__,
-        epilog=VISION_COMPARE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    if kind.presets:
+        sweep.add_argument("--preset", default=None, choices=list(kind.presets),
+                           help=f"the base settings (default {kind.presets[0]})")  # fmt: skip
+    defaults = "the preset" if kind.presets else f"{kind.config_class.__name__}'s"
+    add_config_flags(
+        parser,
+        kind.config_class,
+        f"base settings of every run (defaults: {defaults})",
+        kind.aliases,
+        kind.field_choices,
+        flag_options={"output_dir": OUTPUT_DIR_FLAG},
     )
-    add_sweep_flags(parser)
-    finish_parser(parser, VisionTrainConfig, VISION_FIELD_CHOICES, task="vision", aliases=DEPRECATED_NAMES)
+    parser.set_defaults(func=functools.partial(run_compare, kind=kind))
+    return parser
 
 
-def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+def add_sweep_flags(parser: argparse.ArgumentParser):
+    """The flags of a sweep that are not settings (--losses, --variants-file, --seeds, --baseline, --config,
+    --print-config), in the argument group it returns."""
     sweep = parser.add_argument_group("comparison")
     sweep.add_argument("--losses", default=None, metavar="NAMES",
                        help="comma-separated variant names (default: every built-in variant)")  # fmt: skip
@@ -85,36 +75,9 @@ def add_sweep_flags(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
     return sweep
 
 
-def finish_parser(parser, config_class, choices, *, task: str, aliases=None) -> None:
-    defaults = "the preset" if task == "text" else "VisionTrainConfig's"
-    add_config_flags(parser, config_class, f"base settings of every run (defaults: {defaults})", aliases, choices)
-    for action in parser._actions:  # the sweep folder is not optional (one run per cell goes under it)
-        if action.dest == "set:output_dir":
-            action.required = True
-            action.metavar = "DIR"
-            action.help = "the sweep folder: DIR/<variant>/seed-<s> per run, and the comparison files"
-    parser.set_defaults(func=run_compare, compare_task=task)
-
-
-def is_vision(args: argparse.Namespace) -> bool:
-    """Whether the parsed command is ``vision compare`` (``compare`` alone is the text sweep)."""
-    return getattr(args, "compare_task", "text") == "vision"
-
-
-def cell_kind(args: argparse.Namespace) -> CellKind:
-    """The kind of cell the parsed command sweeps: VISION_CELLS for ``vision compare``, TEXT_CELLS for ``compare``
-    (this wiring is the one place of compare that knows the trainer packages)."""
-    if is_vision(args):
-        from simcse_weince.vision.cells import VISION_CELLS
-
-        return VISION_CELLS
-    return TEXT_CELLS
-
-
-def select_variants(args: argparse.Namespace) -> dict[str, dict]:
-    """The variants named by --losses (all of them without it), from the built-ins and --variants-file."""
-    builtins = cell_kind(args).variants
-    known = load_variants(args.variants_file, builtins) if args.variants_file else dict(builtins)
+def select_variants(args: argparse.Namespace, kind: CellKind) -> dict[str, dict]:
+    """The variants named by --losses (all of them without it), from ``kind``'s built-ins and --variants-file."""
+    known = load_variants(args.variants_file, kind.variants) if args.variants_file else dict(kind.variants)
     if args.losses is None:
         return known
     names = [name.strip() for name in args.losses.split(",") if name.strip()]
@@ -145,25 +108,24 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def build_base_config(args: argparse.Namespace):
-    """The base config: text, the preset (vision, the defaults) < --config FILE < flags (--seed is not allowed:
-    --seeds sets it per run)."""
+def build_base_config(args: argparse.Namespace, kind: CellKind):
+    """The base config: the kind's preset (``--preset``, else its first) or, for a kind without presets, its
+    default config < --config FILE < flags (--seed is not allowed: --seeds sets it per run)."""
     flags = overrides_from_args(args)
     if "seed" in flags:
         raise ValueError("--seed does not apply to compare: use --seeds")
     overrides = {**(read_config_file(args.config) if args.config else {}), **flags}
-    if is_vision(args):
-        kind = cell_kind(args)
-        return apply_overrides(kind.config_class(), overrides, kind.aliases)
-    return apply_overrides(preset(args.preset or "paper"), overrides)
+    start = kind.base_config(args.preset or kind.presets[0]) if kind.presets else kind.base_config()
+    return apply_overrides(start, overrides, kind.aliases)
 
 
-def run_compare(args: argparse.Namespace) -> int:
+def run_compare(args: argparse.Namespace, kind: CellKind) -> int:
+    """The ``compare`` command of ``kind``'s trainer: every cell trained, read or resumed; the table printed."""
     import yaml
 
-    variants = select_variants(args)
+    variants = select_variants(args, kind)
     seeds = parse_seeds(args.seeds)
-    base = build_base_config(args)
+    base = build_base_config(args, kind)
     if args.baseline not in variants:
         raise ValueError(f"the baseline {args.baseline!r} is not among the variants ({', '.join(variants)}); "
                          f"add it to --losses or choose --baseline")  # fmt: skip
@@ -171,7 +133,7 @@ def run_compare(args: argparse.Namespace) -> int:
         print(yaml.safe_dump({"base": base.to_dict(), "variants": variants, "seeds": seeds,
                               "baseline": args.baseline}, sort_keys=False), end="")  # fmt: skip
         return 0
-    compare(base, variants, seeds, base.output_dir, kind=cell_kind(args), baseline=args.baseline)
+    compare(base, variants, seeds, base.output_dir, kind=kind, baseline=args.baseline)
     output_dir = Path(base.output_dir).expanduser()
     print((output_dir / "comparison.md").read_text(encoding="utf-8"), end="")
     print(f"comparison in {output_dir}: comparison.json, comparison.md, comparison.png")

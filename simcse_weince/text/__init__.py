@@ -10,7 +10,7 @@
 ``text/fast_path/``       the training forward below public APIs, checked at start-up, with its fallback
 ``text/results.py``       STS-B dev selection, export, ``results.json``, the model card
 ``text/cells.py``         ``TEXT_CELLS`` (and ``TEXT_VARIANTS``): a cell of ``simcse-weince compare``
-``text/cli.py``           ``simcse-weince train`` and ``push``
+``text/cli.py``           ``simcse-weince train``, ``push`` and ``compare``
 ========================  ============================================================================
 
 Example::

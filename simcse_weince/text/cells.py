@@ -10,7 +10,7 @@ from pathlib import Path
 
 from simcse_weince.compare.cells import CORRELATION_X100, CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import file_fingerprint
-from simcse_weince.text.config import TrainConfig
+from simcse_weince.text.config import FIELD_CHOICES, PRESETS, TrainConfig, preset
 
 logger = logging.getLogger(__name__)
 
@@ -86,4 +86,7 @@ TEXT_CELLS = CellKind(
     dev_curve="stsb_dev_spearman",
     data_fingerprint=text_data_fingerprint,
     score_scale=CORRELATION_X100,
+    base_config=preset,
+    presets=tuple(PRESETS),
+    field_choices=FIELD_CHOICES,
 )

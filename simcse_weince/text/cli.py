@@ -19,6 +19,13 @@ TRAIN_EXAMPLES = """examples:
   simcse-weince train --output-dir runs/q03 --resume                                   # continue a killed run
 """
 
+COMPARE_EXAMPLES = """examples:
+  simcse-weince compare --preset cpu-demo --losses infonce,weince --seeds 1,2,3 --output-dir runs/compare
+  simcse-weince compare --preset paper --seeds 1,2,3,4,5 --output-dir runs/paper-compare   # every variant
+  simcse-weince compare --variants-file my_variants.yaml --losses infonce,q03 --output-dir runs/q03
+    # my_variants.yaml:  q03: {loss: weince, weince: {quantile: 0.3}}
+"""
+
 
 def register(subparsers) -> None:
     train_parser = subparsers.add_parser(
@@ -56,6 +63,21 @@ def register(subparsers) -> None:
     push_parser.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or `hf auth login`)")
     push_parser.add_argument("--commit-message", default="Upload SimCSE model trained with simcse-weince")
     push_parser.set_defaults(func=run_push)
+
+
+def register_compare(subparsers) -> None:
+    """``simcse-weince compare``: the text variants (:data:`~simcse_weince.text.cells.TEXT_VARIANTS`) over a
+    preset, one ``train`` run per cell (:data:`~simcse_weince.text.cells.TEXT_CELLS`). (This module's docstring is
+    ``train``'s description, so it names only ``train`` and ``push``.)"""
+    from simcse_weince.compare.cli import add_compare_command
+    from simcse_weince.text.cells import TEXT_CELLS
+
+    add_compare_command(
+        subparsers,
+        TEXT_CELLS,
+        help="train variants (losses) over several seeds and compare them, paired by seed",
+        epilog=COMPARE_EXAMPLES,
+    )
 
 
 def build_config(args: argparse.Namespace):

@@ -3,8 +3,9 @@
 Modules: :mod:`.backbones` (ResNet-18/50, ViT-Small, projection head), :mod:`.augment` (SimCLR views),
 :mod:`.datasets` (CIFAR-10/100, STL-10, ImageNet-32, Tiny-ImageNet, FakeData, scikit-learn digits),
 :mod:`.config` (its settings), :mod:`.trainer` (the Accelerate loop, on :mod:`simcse_weince.training`),
-:mod:`.evaluate` (linear probe, kNN), :mod:`.extra_terms` (the authors' optional top-M terms), :mod:`.cli`
-(``simcse-weince vision``). Needs the ``vision`` extra (torchvision).
+:mod:`.evaluate` (linear probe, kNN), :mod:`.extra_terms` (the authors' optional top-M terms), :mod:`.cells`
+(``VISION_CELLS``: a cell of ``vision compare``), :mod:`.cli` (``simcse-weince vision``: ``train``, ``eval``,
+``compare``). Needs the ``vision`` extra (torchvision).
 
 Importing this package is light: the names below load their module on first use.
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from simcse_weince.compare.cells import ACCURACY_X100, CellKind, CellState, check_cell, write_results
 from simcse_weince.provenance import versions
-from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
+from simcse_weince.vision.config import DEPRECATED_NAMES, FIELD_CHOICES, VisionTrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -103,4 +103,7 @@ VISION_CELLS = CellKind(
     dev_curve=None,
     data_fingerprint=vision_data_fingerprint,
     score_scale=ACCURACY_X100,
+    base_config=VisionTrainConfig,
+    presets=(),
+    field_choices=FIELD_CHOICES,
 )

@@ -20,6 +20,12 @@ TRAIN_EXAMPLES = """examples:
   simcse-weince vision train --dataset digits --num-epochs 15 --batch-size 128 --quantile 0.3 --output-dir runs/d
   simcse-weince vision train --output-dir runs/c10-weince --resume        # continue a killed run
 """
+COMPARE_EXAMPLES = """examples:
+  simcse-weince vision compare --dataset digits --image-size 16 --batch-size 64 --num-epochs 30 \\
+      --losses infonce,weince,untrained --seeds 1,2,3,4,5 --output-dir runs/digits-compare
+  simcse-weince vision compare --dataset cifar10 --losses infonce,weince --output-dir runs/c10-compare   # paper
+variants: infonce, weince, weince-reference (beta 1), untrained (0 epochs: the initialised backbone of each seed)
+"""
 
 
 def register(subparsers) -> None:
@@ -67,7 +73,16 @@ def register(subparsers) -> None:
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--output", default=None, help="results.json path (default: in the checkpoint folder)")
     evaluate.set_defaults(func=run_eval)
-    vision.commands = commands  # simcse_weince.compare.cli adds ``vision compare`` to them
+
+    from simcse_weince.compare.cli import add_compare_command
+    from simcse_weince.vision.cells import VISION_CELLS
+
+    add_compare_command(
+        commands,
+        VISION_CELLS,
+        help="pretrain variants (losses, untrained) over several seeds; kNN and linear probe, paired by seed",
+        epilog=COMPARE_EXAMPLES,
+    )
 
 
 def build_config(args):
