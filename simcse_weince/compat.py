@@ -11,18 +11,14 @@ the public API's where there is one); on a release where that fails it falls bac
 default with one warning, or raises one error, naming the installed version and the one it was checked on
 (:data:`CHECKED_ON`):
 
-==================================  ==================================================  ===========================
-function                            private name                                        where it fails
-==================================  ==================================================  ===========================
-:func:`cpu_has_avx512_bf16`         ``torch.cpu._is_avx512_bf16_supported``             "no" (fp32 under ``auto``)
-:func:`cpu_has_amx_tiles`           ``torch.cpu._is_amx_tile_supported``                "no"
-:func:`reset_accelerate_state`      ``AcceleratorState._reset_state``,                  one error (a later run in
-                                    ``GradientState._reset_state``                      the same process only)
-:func:`embed_columns`               ``sentence_transformers.base.losses.merged_forward  one forward per column
-                                    .embed_columns``
-:func:`numpy_pickle_globals`        ``numpy._core`` / ``numpy.core``: ``_reconstruct``,  numpy arrays in a pickle
-                                    ``scalar``, ``_frombuffer``                         are refused
-==================================  ==================================================  ===========================
+- :func:`cpu_has_avx512_bf16`, :func:`cpu_has_amx_tiles`: ``torch.cpu._is_avx512_bf16_supported``,
+  ``torch.cpu._is_amx_tile_supported``; where they fail: "no" (``--mixed-precision auto`` stays in fp32);
+- :func:`reset_accelerate_state`: ``AcceleratorState._reset_state``, ``GradientState._reset_state``; where they
+  fail: one error, and only for a second run in the same process;
+- :func:`embed_columns`: ``sentence_transformers.base.losses.merged_forward.embed_columns``; where it fails: one
+  forward per column (the public path);
+- :func:`numpy_pickle_globals`: ``numpy._core`` (``numpy.core``) ``multiarray._reconstruct``, ``multiarray.scalar``,
+  ``numeric._frombuffer``; where they fail: pickles holding numpy arrays are refused.
 
 This module is the bottom layer: it imports nothing of the package, and its dependencies only where a function
 runs (``simcse-weince --help`` must not wait for torch).
@@ -37,8 +33,8 @@ import pickle
 
 logger = logging.getLogger(__name__)
 
-#: the release of each dependency the uses below were checked on by running (``tests/test_compat.py``); CI runs the
-#: same tests at the declared floors too (docs/install.md)
+#: the release of each dependency the uses below were checked on by running (``tests/test_private_names.py``); CI
+#: runs the same tests at the declared floors too (docs/install.md)
 CHECKED_ON = {"torch": "2.14.1", "accelerate": "1.16.0", "sentence-transformers": "6.3.0", "numpy": "2.4.6"}
 
 _warned: set[str] = set()
