@@ -24,17 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-_NUMPY_CORE = getattr(np, "_core", None) or np.core
+from simcse_weince.compat import numpy_pickle_globals
 
-#: ``module.name`` -> the object a file may build: numpy arrays, dtypes and scalars (numpy 1 and 2 spell their
-#: module differently), and ``codecs.encode`` (how Python 2 pickles of numpy arrays spell their bytes)
+#: ``module.name`` -> the object a file may build: numpy arrays, dtypes and scalars (numpy's internals, numpy 1 and
+#: 2 spellings, checked by :func:`~simcse_weince.compat.numpy_pickle_globals`), and ``codecs.encode`` (how Python 2
+#: pickles of numpy arrays spell their bytes)
 ALLOWED = {
-    "numpy.core.multiarray._reconstruct": _NUMPY_CORE.multiarray._reconstruct,
-    "numpy._core.multiarray._reconstruct": _NUMPY_CORE.multiarray._reconstruct,
-    "numpy.core.multiarray.scalar": _NUMPY_CORE.multiarray.scalar,
-    "numpy._core.multiarray.scalar": _NUMPY_CORE.multiarray.scalar,
-    "numpy.core.numeric._frombuffer": _NUMPY_CORE.numeric._frombuffer,  # pickle protocol 5
-    "numpy._core.numeric._frombuffer": _NUMPY_CORE.numeric._frombuffer,
+    **numpy_pickle_globals(),
     "numpy.ndarray": np.ndarray,
     "numpy.dtype": np.dtype,
     "_codecs.encode": codecs.encode,

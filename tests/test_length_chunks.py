@@ -119,9 +119,10 @@ def test_trainer_step_with_length_chunks_gives_the_padded_loss_and_gradients(min
 def test_length_chunks_are_validated_and_auto_follows_precision_and_cpu(monkeypatch, amx):
     # auto (issue 26, bench_train.py): chunks pay in fp32 everywhere and under bf16 on a CPU without AMX; on a CPU
     # with AMX tiles, and on an accelerator, one padded forward under bf16/fp16
-    from simcse_weince import precision
+    from simcse_weince import compat, precision
 
-    monkeypatch.setattr(precision, "_cpu_feature", lambda name: amx if name == "_is_amx_tile_supported" else True)
+    monkeypatch.setattr(compat, "cpu_has_avx512_bf16", lambda: True)
+    monkeypatch.setattr(compat, "cpu_has_amx_tiles", lambda: amx)
     assert precision.amx_tiles() is amx
     assert preset("cpu-demo").speed.length_chunks == "auto"
     chunks = resolve_length_chunks("auto", "no")

@@ -270,8 +270,8 @@ def check_loss_timing(device: str, repeats: int) -> dict:
 
 def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
 
+    from simcse_weince.compat import reset_accelerate_state
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
@@ -281,8 +281,7 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     mixed_precision = "bf16" if (cpu_dry_run or torch.cuda.is_bf16_supported()) else "fp16"
     for precision in ("no", mixed_precision):
         # Accelerate keeps its settings in process-wide singletons: start each precision from a clean state
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+        reset_accelerate_state(reset_partial_state=True)
         accelerator = Accelerator(cpu=cpu_dry_run, mixed_precision=precision)
         torch.manual_seed(0)
         model = SimCSEModel.from_pretrained(str(folder), pooler="cls", dropout=0.0)

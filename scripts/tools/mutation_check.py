@@ -50,7 +50,7 @@ VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
-FAST_PATH = "simcse_weince/text/fast_path/__init__.py"
+FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
 STATISTICS_CALLBACK = "simcse_weince/losses/weince_statistics_callback.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
@@ -103,8 +103,8 @@ MUTATIONS = (
     # ---- the sentence-transformers losses
     Mutation(
         "losses: one column, both views from a single dropout sample", COLUMNS,
-        (("return _embed_columns(model, sentence_features, separate_first=False)",
-          "return [_embed_columns(model, sentence_features[:1], separate_first=False)[0]] * 2"),),
+        (("return compat.embed_columns(model, sentence_features, separate_first=False)",
+          "return [compat.embed_columns(model, sentence_features[:1], separate_first=False)[0]] * 2"),),
         ("tests/test_losses.py", "-k", "fixed_batch"), "issue 13: test_losses.py:84-97 never compared the views",
     ),
     Mutation(
@@ -230,8 +230,31 @@ MUTATIONS = (
     ),
     Mutation(
         "precision: auto picks bf16 on any CPU (emulated bf16 is ~25x slower)", "simcse_weince/precision.py",
-        (('return _cpu_feature("_is_avx512_bf16_supported") or amx_tiles()', "return True"),),
+        (("return compat.cpu_has_avx512_bf16() or amx_tiles()", "return True"),),
         ("tests/test_precision.py", "-k", "cpu_features"), "auto must follow the CPU's native bf16 support",
+    ),
+    # ---- issue 55: private names of dependencies in one checked place (compat.py)
+    Mutation(
+        "private names: torch's private AMX probe called again outside compat.py", "simcse_weince/precision.py",
+        (("    return compat.cpu_has_amx_tiles()",
+          "    import torch\n\n    return bool(torch.cpu._is_amx_tile_supported())"),),
+        ("tests/test_private_names.py", "-k", "outside_the_checked"), "issue 55: a private name only behind a check",
+    ),
+    Mutation(
+        "compat: sentence-transformers' merged forward used without its check", COMPAT,
+        (("        failure = check_embed_columns(merged)\n", "        failure = None\n"),),
+        ("tests/test_private_names.py", "-k", "embed_columns"), "issue 55: a broken release must fall back",
+    ),
+    Mutation(
+        "compat: a torch CPU probe's non-bool answer taken as a feature", COMPAT,
+        (("    if isinstance(answer, bool):\n        return answer",
+          "    if answer is not None:\n        return True"),),
+        ("tests/test_private_names.py", "-k", "cpu_probes"), "issue 55: a probe that cannot answer means no bf16",
+    ),
+    Mutation(
+        "compat: Accelerate's state kept silently when its reset is gone", COMPAT,
+        (("    if failure is not None and is_initialized():", "    if False:"),),
+        ("tests/test_private_names.py", "-k", "accelerate"), "issue 55: one clear error, not another run's settings",
     ),
     Mutation(
         "length chunks: auto keeps 4 chunks under bf16 on a CPU with AMX", "simcse_weince/text/config.py",

@@ -10,10 +10,10 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sentence_transformers.base.losses.merged_forward import embed_columns as _embed_columns
 from sentence_transformers.util import cos_sim, similarity_fct_name
 from torch import Tensor, nn
 
+from simcse_weince import compat
 from simcse_weince.losses.from_embeddings import (
     EmbeddingsLoss,
     check_contrastive_options,
@@ -66,8 +66,8 @@ def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) 
         # The duplicated column goes through the encoder in one forward pass of 2N rows, as SimCSE does;
         # dropout draws independent masks for the two copies.
         sentence_features = [sentence_features[0], sentence_features[0]]
-        return _embed_columns(model, sentence_features, separate_first=False)
-    return _embed_columns(model, sentence_features)
+        return compat.embed_columns(model, sentence_features, separate_first=False)
+    return compat.embed_columns(model, sentence_features)
 
 
 class ColumnsLoss(nn.Module):
