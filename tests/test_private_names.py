@@ -29,13 +29,6 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 CHECKED_PLACES = ("simcse_weince/compat.py", "simcse_weince/text/fast_path/")
 #: modules a dependency ships but does not export (their names are private though spelled without an underscore)
 UNEXPORTED_MODULES = ("sentence_transformers.base.losses.merged_forward",)
-#: (file, name) uses that another helper of issue 55 removes (A, branch h55-compare: argparse's ``_actions`` and
-#: ``_ArgumentGroup``). Delete the entries when that branch is merged: the test fails on an entry no longer found.
-PENDING_REMOVAL = {
-    ("simcse_weince/compare/cli.py", "_ArgumentGroup"),
-    ("simcse_weince/compare/cli.py", "_actions"),
-    ("simcse_weince/settings.py", "_ArgumentGroup"),
-}
 
 
 def is_private(name: str) -> bool:
@@ -127,21 +120,12 @@ def _scan() -> list[str]:
     return [use for relative, source in sorted(sources.items()) for use in private_uses(relative, source, own)]
 
 
-def _pending(use: str) -> bool:
-    relative, _, rest = use.partition(":")
-    return any(relative == file and re.search(rf"\b{name}\b", rest) for file, name in PENDING_REMOVAL)
-
-
 def test_no_private_name_of_a_dependency_outside_the_checked_places():
-    uses = _scan()
-    unexpected = [use for use in uses if not _pending(use)]
+    unexpected = _scan()
     assert not unexpected, (
         "private or unexported names of dependencies outside simcse_weince/compat.py and text/fast_path/ "
         "(move each into compat.py with a check that runs it and a fallback):\n" + "\n".join(unexpected)
     )
-    stale = sorted((file, name) for file, name in PENDING_REMOVAL
-                   if not any(use.startswith(f"{file}:") and name in use for use in uses))  # fmt: skip
-    assert not stale, f"PENDING_REMOVAL names uses that are gone; delete these entries: {stale}"
 
 
 PLANTED = """
