@@ -100,6 +100,16 @@ MUTATIONS = (
         (('        stats["beta_hat"].mean(),\n', '        stats["beta"].mean(),\n'),),
         HAND, "summarize_statistics values were never checked",
     ),
+    Mutation(
+        "core: the closed-form backward keeps the shortfall term's gradient at the eps floor", SPEEDUPS,
+        (("F.threshold_(shortfall, eps, math.inf)", "shortfall.clamp_min_(eps)"),),
+        (*BRUTE, "-k", "endpoint"), "issue 55: weince/reference.py clamps s at 1 - eps, as the spec writes it",
+    ),
+    Mutation(
+        "core: simclr's hardness weighting also weighs the positive", CORE,
+        (("mask = ~layout.not_negative", "mask = ~layout.self_mask"),),
+        (*BRUTE, "-k", "each_option"), "issue 55: the reference covers the hardness options in both geometries",
+    ),
     # ---- the sentence-transformers losses
     Mutation(
         "losses: one column, both views from a single dropout sample", COLUMNS,
