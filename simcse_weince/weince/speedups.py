@@ -124,8 +124,7 @@ class _WeinceCrossEntropy(torch.autograd.Function):
     1 - s is floored at eps), so the gradient is ``(softmax - one-hot) * slope / A``. Autograd through
     :func:`weince_logits` would keep half a dozen A x C intermediates and make a dozen passes over them; this keeps
     the logits (which it returns anyway) and the slope, and the backward makes three passes (softmax, the slope and
-    the scale): with the float64 similarities and the numpy top-k, this is what keeps WEINCE within 2x of InfoNCE
-    on a CPU (``scripts/benchmarks/bench_loss.py``).
+    the scale). What that buys: docs/performance.md#weince-speedups (``scripts/benchmarks/bench_loss.py``).
     ``infonce_scale`` = (1 - lambda) / tau and ``shortfall_scale`` = lambda beta are A x 1 columns.
     It computes :func:`weince_logits` followed by ``F.cross_entropy`` (a test compares both passes with autograd's).
     """
@@ -139,7 +138,7 @@ class _WeinceCrossEntropy(torch.autograd.Function):
         # the shortfall becomes inf there and 1 / inf = 0 drops it
         F.threshold_(shortfall, eps, math.inf)
         # what addcdiv computes (lambda beta / (1 - s) + (1 - lambda) / tau), bit for bit, in two vectorised passes:
-        # torch's CPU addcdiv with A x 1 operands broadcast over A x C takes 3-4x as long
+        # torch's CPU addcdiv with A x 1 operands broadcast over A x C is slower (docs/performance.md#weince-speedups)
         slope = torch.div(shortfall_scale, shortfall, out=shortfall).add_(infonce_scale)
         if layout.self_mask is not None:  # simclr: an anchor is not its own candidate
             logits.diagonal().fill_(-math.inf)
@@ -157,8 +156,9 @@ class _WeinceCrossEntropy(torch.autograd.Function):
         if grad_loss is None:
             return None, None, None, None, None, None
         logits, slope = ctx.saved_tensors
-        # softmax of the logits (the masked diagonal gives 0); on the CPU torch's softmax kernel takes about half the
-        # time of exp(log_probs), whose exp slows down on the large negative values of log-probabilities
+        # softmax of the logits (the masked diagonal gives 0); on the CPU torch's softmax kernel is faster than
+        # exp(log_probs), whose exp slows down on the large negative values of log-probabilities (why:
+        # docs/performance.md#weince-speedups)
         grad = F.softmax(logits, dim=1)
         for offset in ctx.layout.positive_diagonals:  # minus the one-hot of the positives
             grad.diagonal(offset).sub_(1)
@@ -170,7 +170,7 @@ class _WeinceCrossEntropy(torch.autograd.Function):
 
 # numpy sorts and partitions 32-bit floats with vector instructions but 64-bit ones (on the CPUs measured) without,
 # so a wide float64 matrix is partitioned faster through its float32 rounding; below this many columns the float64
-# partition is as fast (docs/performance.md, section 12).
+# partition is as fast (why: docs/performance.md, section 12).
 _FLOAT32_PRESELECTION_MIN_COLUMNS = 256
 
 
@@ -199,8 +199,8 @@ def _largest_by_float32(sims: torch.Tensor, k: int) -> np.ndarray | None:
 def _hardest_shortfalls(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> torch.Tensor:
     """Shortfalls ``max(1 - s, eps)`` of each row's k largest similarities, ascending (no gradient).
 
-    On the CPU this is numpy's introselect on the values, 2x faster than ``torch.topk`` (which sorts
-    (value, index) pairs), in place when ``overwrite`` allows it; rows of 256 or more float64 values are first
+    On the CPU this is numpy's introselect on the values, faster than ``torch.topk`` (which sorts (value, index)
+    pairs; docs/performance.md#weince-speedups), in place when ``overwrite`` allows it; wide float64 rows are first
     narrowed down through their float32 roundings (:func:`_largest_by_float32`, the same values). On a CPU-sized
     batch this is WEINCE's largest single cost over InfoNCE.
     """
