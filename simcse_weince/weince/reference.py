@@ -60,8 +60,8 @@ def reference_weince_loss(
 
     # sections 4-5: each anchor's tail statistics and mixing weight, without gradient
     tails = [_anchor_tail(sims[i][negative_of[i]].detach(), config) for i in range(num_anchors)]
-    rho, delta_aic, beta_hat = (torch.tensor([t[key] for t in tails], dtype=torch.float64) for key in range(3))
-    degenerate = any(t[3] for t in tails)
+    rho, delta_aic, beta_hat = torch.tensor([tail[:3] for tail in tails], dtype=torch.float64).T
+    degenerate = any(tail[3] for tail in tails)
     rho0 = rho.sort().values[(num_anchors - 1) // 2 if degenerate else round(config.quantile * (num_anchors - 1))]
     lambda_rho = torch.sigmoid(config.kappa_rho * (rho0.log() - rho.log()))
     lambda_aic = torch.sigmoid(config.kappa_aic * (delta_aic - config.aic_margin))
@@ -78,22 +78,18 @@ def reference_weince_loss(
     shortfall_logit = -torch.log(1 - torch.clamp(sims, max=1 - config.eps))
     logits = (1 - lam) * sims / temperature + lam * beta_col * shortfall_logit
     if hardness_strength:  # ours (docs/experiments.md, Studies 2-3): α · stop_grad(s) on the chosen negatives
-        weighted = (
-            negative_of if geometry == "simclr" else _hardness_columns(hardness_mode, num_anchors, num_candidates)
-        )
-        logits = logits + hardness_strength * sims.detach() * weighted
+        chosen = _hardness_columns(hardness_mode, num_anchors, num_candidates) if geometry == "simcse" else negative_of
+        logits = logits + hardness_strength * sims.detach() * chosen
     loss = F.cross_entropy(logits.masked_fill(~candidate_of, -math.inf), positives)
 
-    positive_logits = logits[rows, positives][:, None]
-    logits_out = (
-        logits if geometry == "simcse" else torch.cat([positive_logits, logits[negative_of].view(num_anchors, -1)], 1)
-    )
+    if geometry == "simclr":  # the documented layout of the logits: the positive first, then the negatives in order
+        logits = torch.cat([logits[rows, positives][:, None], logits[negative_of].view(num_anchors, -1)], dim=1)
     stats = dict(mixing_weight=weight, delta_aic=delta_aic, rho=rho, beta_hat=beta_hat, beta=beta, rho0=rho0)
-    return loss, {**stats, "logits": logits_out.detach()}
+    return loss, {**stats, "logits": logits.detach()}
 
 
 def _anchor_tail(negatives: torch.Tensor, config: WeinceConfig):
-    """``(rho, delta_aic, beta_hat, degenerate)`` of one anchor's negative similarities (section 4)."""
+    """``(rho, delta_aic, beta_hat, degenerate)`` of one anchor's negative similarities (section 4, steps 1-6)."""
     num_negatives = negatives.numel()
     k = max(config.min_tail_points, round(config.tail_fraction * num_negatives))
     k = min(k, num_negatives)
