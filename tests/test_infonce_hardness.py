@@ -2,14 +2,15 @@
 LLaVE): ``MultipleNegativesRankingLoss(hardness_mode="in_batch_negatives", hardness_strength=α)``, the peer a user
 would pick instead of WEINCE. Checked on the same embeddings: loss and gradients, pairs and triplets.
 ``weince_loss(..., hardness_strength=α)`` (ours, Study 2) adds the same term to WEINCE's logits: at λ = 0 it is the
-InfoNCE form, and at the λ the loss chooses it is autograd through the definition."""
+InfoNCE form, and otherwise it is the readable reference's (``weince/reference.py``)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from simcse_weince.weince.loss import infonce_loss, weince_logits, weince_loss
+from simcse_weince.weince.loss import infonce_loss, weince_loss
+from simcse_weince.weince.reference import reference_weince_loss
 
 
 @pytest.fixture(scope="module")
@@ -108,37 +109,20 @@ def test_weince_hardness_at_zero_lambda_is_infonce_hardness(geometry, columns):
 
 @pytest.mark.parametrize("geometry,columns", [("simcse", 2), ("simcse", 3), ("simclr", 2)])
 def test_weince_hardness_equals_autograd_through_the_definition(geometry, columns):
-    """The closed-form backward with the hardness term against autograd through ``weince_logits`` + the term +
-    cross-entropy, at the λ and β the loss itself chose (both constants), in float64."""
+    """The closed-form backward with the hardness term against the readable reference (autograd through the
+    definition: weince/reference.py), in float64; the tail statistics and λ do not see the term."""
     embeddings = [e.detach().double().requires_grad_() for e in _embeddings(columns, rows=40)]
     anchors, candidates = embeddings[0], torch.cat(embeddings[1:])
     tau, alpha = (0.05 if geometry == "simcse" else 0.5), 9.0
     loss, stats = weince_loss(anchors, candidates, temperature=tau, geometry=geometry, hardness_strength=alpha,
                               return_stats=True)  # fmt: skip
-    weight, beta = stats["mixing_weight"], stats["beta"]
-    assert float(weight.max()) > 0.5  # λ is really on for some anchors: the test exercises the WEINCE logit
-    # the tail statistics do not see the term
+    assert float(stats["mixing_weight"].max()) > 0.5  # λ is on for some anchors: the WEINCE logit is exercised
     _, plain_stats = weince_loss(anchors, candidates, temperature=tau, geometry=geometry, return_stats=True)
-    torch.testing.assert_close(weight, plain_stats["mixing_weight"])
-    # by hand
-    if geometry == "simcse":
-        sims = torch.nn.functional.normalize(anchors, dim=1) @ torch.nn.functional.normalize(candidates, dim=1).T
-        rows = torch.arange(sims.shape[0])
-        negative = (torch.arange(sims.shape[1]) % sims.shape[0])[None, :] != rows[:, None]
-        positive, self_mask = rows, None
-    else:
-        views = torch.nn.functional.normalize(torch.cat([anchors, candidates]), dim=1)
-        sims = views @ views.T
-        n = anchors.shape[0]
-        positive = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
-        self_mask = torch.eye(2 * n, dtype=torch.bool)
-        negative = ~self_mask
-        negative[torch.arange(2 * n), positive] = False
-    logits = weince_logits(sims, weight, beta, tau) + alpha * sims.detach() * negative
-    if self_mask is not None:
-        logits = logits.masked_fill(self_mask, float("-inf"))
-    expected = torch.nn.functional.cross_entropy(logits, positive)
+    torch.testing.assert_close(stats["mixing_weight"], plain_stats["mixing_weight"])
+    expected, expected_stats = reference_weince_loss(anchors, candidates, temperature=tau, geometry=geometry,
+                                                     hardness_strength=alpha)  # fmt: skip
     assert loss.item() == pytest.approx(expected.item(), abs=1e-9)
+    torch.testing.assert_close(stats["logits"], expected_stats["logits"], atol=1e-9, rtol=1e-9)
     for grad, expected_grad in zip(torch.autograd.grad(loss, embeddings), torch.autograd.grad(expected, embeddings)):
         torch.testing.assert_close(grad, expected_grad, atol=1e-9, rtol=1e-7)
     # and the term matters: the plain WEINCE loss is a different number

@@ -288,7 +288,7 @@ def test_padding_is_excluded_from_the_tail():
 def test_hardest_shortfalls_are_the_sorted_top_k(dtype):
     """The top-k behind the tail statistics (numpy's partition on the CPU) against a full sort, with ties,
     padding, a cosine above 1 (rounding) and the input left untouched unless it may be overwritten."""
-    from simcse_weince.weince.tail import _hardest_shortfalls
+    from simcse_weince.weince.speedups import _hardest_shortfalls
 
     generator = torch.Generator().manual_seed(3)
     sims = (torch.rand(16, 100, generator=generator, dtype=dtype) * 2 - 1).round(decimals=2)  # many ties
@@ -309,8 +309,8 @@ def test_float32_preselection_finds_the_float64_top_k(case, monkeypatch):
     """Wide float64 rows find their top k through float32 roundings (numpy sorts 32-bit floats with vector
     instructions, 64-bit ones without): the values must be exactly a float64 sort's, and a row where more than k
     values round to the threshold (or a NaN) must send the batch to the float64 partition."""
-    from simcse_weince.weince import tail as weince_tail
-    from simcse_weince.weince.tail import _hardest_shortfalls, _largest_by_float32
+    from simcse_weince.weince import speedups
+    from simcse_weince.weince.speedups import _hardest_shortfalls, _largest_by_float32
 
     generator = torch.Generator().manual_seed(11)
     directions = F.normalize(torch.randn(600, 32, generator=generator, dtype=torch.float64), dim=1)
@@ -326,11 +326,11 @@ def test_float32_preselection_finds_the_float64_top_k(case, monkeypatch):
         sims[7, 3] = float("nan")
     elif case == "padding":  # fewer finite values than k in one row
         sims[7, 10:] = float("-inf")
-    assert weince_tail._preselects_in_float32(sims)
+    assert speedups._preselects_in_float32(sims)
 
     calls = []
-    original = weince_tail._largest_by_float32
-    monkeypatch.setattr(weince_tail, "_largest_by_float32", lambda *a: calls.append(original(*a)) or calls[-1])
+    original = speedups._largest_by_float32
+    monkeypatch.setattr(speedups, "_largest_by_float32", lambda *a: calls.append(original(*a)) or calls[-1])
     shortfalls = _hardest_shortfalls(sims, k, 1e-6)
     assert (calls[0] is not None) == (case == "cosines")  # every other case falls back to the float64 partition
     if case == "nan":  # NaN sorts last in both numpy and torch: it is the row's "largest" value either way
@@ -490,7 +490,7 @@ def test_non_finite_embeddings_are_named(loss_fn):
 def test_float32_preselection_leaves_the_loss_bit_identical(monkeypatch):
     """A simclr batch wide enough for the float32 preselection gives the same loss, statistics and gradients, bit
     for bit, as the float64 partition."""
-    from simcse_weince.weince import tail as weince_tail
+    from simcse_weince.weince import speedups
 
     # 320 x 320 similarities, 318 negatives per anchor
     anchors, candidates = _views(160, 32, seed=9, dtype=torch.float32)
@@ -501,11 +501,11 @@ def test_float32_preselection_leaves_the_loss_bit_identical(monkeypatch):
         return loss, stats, torch.autograd.grad(loss, (a, c))
 
     found = []  # the preselection must have run (not fallen back), or the comparison below proves nothing
-    original = weince_tail._largest_by_float32
-    monkeypatch.setattr(weince_tail, "_largest_by_float32", lambda *a: found.append(original(*a)) or found[-1])
+    original = speedups._largest_by_float32
+    monkeypatch.setattr(speedups, "_largest_by_float32", lambda *a: found.append(original(*a)) or found[-1])
     loss, stats, grads = run()
     assert len(found) == 1 and found[0] is not None
-    monkeypatch.setattr(weince_tail, "_FLOAT32_PRESELECTION_MIN_COLUMNS", 10**9)
+    monkeypatch.setattr(speedups, "_FLOAT32_PRESELECTION_MIN_COLUMNS", 10**9)
     expected_loss, expected_stats, expected_grads = run()
     assert torch.equal(loss, expected_loss)
     for key in ("mixing_weight", "delta_aic", "rho", "beta_hat", "logits"):

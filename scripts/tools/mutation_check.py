@@ -43,7 +43,7 @@ class Mutation:
 # fmt: off
 CORE, TRAIN, LOOP = "simcse_weince/weince/loss.py", "simcse_weince/text/trainer.py", "simcse_weince/training/loop.py"
 ENCODERS = "simcse_weince/evaluation/encoders.py"
-TAIL = "simcse_weince/weince/tail.py"
+TAIL, SPEEDUPS = "simcse_weince/weince/tail.py", "simcse_weince/weince/speedups.py"
 COLUMNS = "simcse_weince/losses/_columns.py"
 RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
@@ -99,6 +99,16 @@ MUTATIONS = (
         "core: mean beta reported instead of mean beta-hat", TAIL,
         (('        stats["beta_hat"].mean(),\n', '        stats["beta"].mean(),\n'),),
         HAND, "summarize_statistics values were never checked",
+    ),
+    Mutation(
+        "core: the closed-form backward keeps the shortfall term's gradient at the eps floor", SPEEDUPS,
+        (("F.threshold_(shortfall, eps, math.inf)", "shortfall.clamp_min_(eps)"),),
+        (*BRUTE, "-k", "endpoint"), "issue 55: weince/reference.py clamps s at 1 - eps, as the spec writes it",
+    ),
+    Mutation(
+        "core: simclr's hardness weighting also weighs the positive", CORE,
+        (("mask = ~layout.not_negative", "mask = ~layout.self_mask"),),
+        (*BRUTE, "-k", "each_option"), "issue 55: the reference covers the hardness options in both geometries",
     ),
     # ---- the sentence-transformers losses
     Mutation(
@@ -332,7 +342,7 @@ MUTATIONS = (
         ("tests/test_infonce_hardness.py",), "sentence-transformers' in_batch_negatives mode excludes them",
     ),
     Mutation(
-        "core: WEINCE's hardness term never reaches the logits", CORE,
+        "core: WEINCE's hardness term never reaches the logits", SPEEDUPS,
         (("            logits.add_(bias)", "            logits.add_(bias, alpha=0.0)"),),
         ("tests/test_infonce_hardness.py", "-k", "weince"), "issue 22: weince-hardness is Study 2's variant",
     ),
@@ -578,28 +588,28 @@ MUTATIONS = (
         ("tests/test_train.py", "-k", "documented_imports"), "from simcse_weince.text import train gave the module",
     ),
     Mutation(
-        "core: the logit's shortfall term with the wrong sign", CORE,
+        "core: the logit's shortfall term with the wrong sign", SPEEDUPS,
         (("log_().mul_(-shortfall_scale)", "log_().mul_(shortfall_scale)"),),
         ("tests/test_weince_reference.py",), "issue 23: the logit is written once; the authors' numbers check it",
     ),
     Mutation(
-        "core: the closed-form slope misses the shortfall term", CORE,
+        "core: the closed-form slope misses the shortfall term", SPEEDUPS,
         (("slope = torch.div(shortfall_scale, shortfall, out=shortfall).add_(infonce_scale)",
           "slope = infonce_scale.expand_as(shortfall)"),),
         ("tests/test_weince_core.py", "-k", "hand_written_backward"), "the closed form against autograd's",
     ),
     Mutation(
-        "core: the float32 preselection keeps a tie across its threshold", TAIL,
+        "core: the float32 preselection keeps a tie across its threshold", SPEEDUPS,
         (("    if selected.size != values.shape[0] * k:\n        return None\n", ""),),
         ("tests/test_weince_core.py", "-k", "preselection"), "issue 26: exact only without ties",
     ),
     Mutation(
-        "core: the float32 preselection returns the float32 roundings", TAIL,
+        "core: the float32 preselection returns the float32 roundings", SPEEDUPS,
         (("np.compress((rounded >= kth).ravel(), values.ravel())", "np.compress((rounded >= kth).ravel(), rounded.ravel())"),),  # noqa: E501
         ("tests/test_weince_core.py", "-k", "preselection"), "issue 26: the tail statistics read float64 shortfalls",
     ),
     Mutation(
-        "core: the closed-form backward skips the softmax", CORE,
+        "core: the closed-form backward skips the softmax", SPEEDUPS,
         (("grad = F.softmax(logits, dim=1)", "grad = logits.clone()"),),
         ("tests/test_weince_core.py", "-k", "hand_written_backward"), "issue 26: the backward recomputes the softmax",
     ),

@@ -31,12 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from simcse_weince.weince.config import WeinceConfig
-from simcse_weince.weince.loss import (
-    _autocast_off,
-    _PreciseCosineSimilarity,
-    hardness_mask,
-    weince_logits,
-)
+from simcse_weince.weince.loss import hardness_mask, weince_logits
+from simcse_weince.weince.speedups import _autocast_off, _PreciseCosineSimilarity
 from simcse_weince.weince.tail import mixing_weights, shortfall_exponent, statistics_dtype, tail_statistics
 
 __all__ = ["DIRECTIONS", "PARTITION_MODES", "directions_loss"]

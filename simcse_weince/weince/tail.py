@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from simcse_weince.weince.config import DIAGNOSTIC_KEYS, WeinceConfig
+from simcse_weince.weince.speedups import _hardest_shortfalls
 
 __all__ = [
     "TailStatistics",
@@ -154,58 +154,6 @@ def _aic_statistics(slopes, sse, n):
     """
     log_sse = sse.add_(slopes <= 0, alpha=1e6).log_()
     return (log_sse.select(1, 1) - log_sse.select(1, 0)).mul_(n), slopes.select(1, 0).clamp_min(0)
-
-
-# numpy sorts and partitions 32-bit floats with vector instructions but 64-bit ones (on the CPUs measured) without,
-# so a wide float64 matrix is partitioned faster through its float32 rounding; below this many columns the float64
-# partition is as fast (docs/performance.md, section 12).
-_FLOAT32_PRESELECTION_MIN_COLUMNS = 256
-
-
-def _preselects_in_float32(sims: torch.Tensor) -> bool:
-    return sims.dtype == torch.float64 and sims.shape[1] >= _FLOAT32_PRESELECTION_MIN_COLUMNS
-
-
-def _largest_by_float32(sims: torch.Tensor, k: int) -> np.ndarray | None:
-    """Each row's k largest float64 values (unordered, A x k), found through their float32 roundings.
-
-    Rounding is monotone, so a value whose rounding is above the row's k-th largest rounding is in the top k; when
-    exactly k values of every row round to that threshold or above, they are the top k, the values a float64
-    partition gives. None when a row ties across the threshold (or holds NaN): the caller partitions in float64.
-    """
-    values = sims.numpy()
-    rounded = values.astype(np.float32)
-    num_columns = values.shape[1]
-    # a full float32 sort finds the threshold faster than a float32 partition does (docs/performance.md, section 12)
-    kth = np.sort(rounded, axis=1)[:, num_columns - k, None]
-    selected = np.compress((rounded >= kth).ravel(), values.ravel())  # row by row, so k per row in order
-    if selected.size != values.shape[0] * k:
-        return None
-    return selected.reshape(-1, k)
-
-
-def _hardest_shortfalls(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> torch.Tensor:
-    """Shortfalls ``max(1 - s, eps)`` of each row's k largest similarities, ascending (no gradient).
-
-    On the CPU this is numpy's introselect on the values, 2x faster than ``torch.topk`` (which sorts
-    (value, index) pairs), in place when ``overwrite`` allows it; rows of 256 or more float64 values are first
-    narrowed down through their float32 roundings (:func:`_largest_by_float32`, the same values). On a CPU-sized
-    batch this is WEINCE's largest single cost over InfoNCE.
-    """
-    if sims.device.type != "cpu":
-        return torch.rsub(sims.topk(k, dim=1, largest=True, sorted=True).values, 1).clamp_min_(eps)
-    num_columns = sims.shape[1]
-    largest = _largest_by_float32(sims, k) if _preselects_in_float32(sims) else None
-    if largest is None:
-        values = sims.numpy()
-        if overwrite:
-            values.partition(num_columns - k, axis=1)
-        else:
-            values = np.partition(values, num_columns - k, axis=1)
-        largest = values[:, num_columns - k :]
-    largest.sort(axis=1)
-    shortfalls = np.subtract(1.0, largest[:, ::-1])
-    return torch.from_numpy(np.maximum(shortfalls, eps, out=shortfalls))
 
 
 def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float, overwrite: bool = False) -> TailStatistics:
