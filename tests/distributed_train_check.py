@@ -22,7 +22,7 @@ from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import train
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 

@@ -127,5 +127,5 @@ def compare_grid(
             numbers["grad_difference"] = max(
                 numbers["grad_difference"], (grad - expected_grad).abs().max().item() / scale
             )
-        numbers["lambda_max"] = max(numbers["lambda_max"], ours[1].last_diagnostics["lambda_mean"])
+        numbers["lambda_max"] = max(numbers["lambda_max"], ours[1].last_statistics["lambda_mean"])
     return numbers

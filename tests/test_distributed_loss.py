@@ -45,7 +45,7 @@ def _worker(rank, port, results):
             loss.item(),
             local_anchors.grad / WORLD_SIZE,
             local_positives.grad / WORLD_SIZE,
-            loss_module.last_diagnostics,
+            loss_module.last_statistics,
         )
     finally:
         dist.destroy_process_group()

@@ -15,7 +15,7 @@ from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.fast_path import TrainingForward
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
 BATCH = 24
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points at this batch size

@@ -131,7 +131,7 @@ def test_no_duplicates_batch_sampler_trains_weince(model, wiki_sentences, tmp_pa
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     assert not torch.equal(before, flat_parameters(model))
-    assert 0.0 <= loss.last_diagnostics["lambda_mean"] <= 1.0
+    assert 0.0 <= loss.last_statistics["lambda_mean"] <= 1.0
 
 
 def test_flattened_inputs_where_the_model_offers_them(model, wiki_sentences):

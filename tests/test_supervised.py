@@ -38,7 +38,7 @@ from simcse_weince.text.config import TrainConfig, preset
 from simcse_weince.text.data import PaddingCollator, load_training_data, tokenize
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))

@@ -18,7 +18,7 @@ from simcse_weince.hub import render_model_card
 from simcse_weince.text.cells import TEXT_VARIANTS
 from simcse_weince.text.config import preset
 from simcse_weince.text.results import not_applied_settings
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
 OPTIONS = ("directions", "partition_mode", "hardness_mode")
 

@@ -115,7 +115,7 @@ def main(argv=None) -> None:
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.fast_path import build_training_forward
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.training.objective import ContrastiveObjective
+    from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
     if args.threads:
         torch.set_num_threads(args.threads)

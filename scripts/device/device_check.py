@@ -275,7 +275,7 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
-    from simcse_weince.training.objective import ContrastiveObjective
+    from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
     result = {}
     mixed_precision = "bf16" if (cpu_dry_run or torch.cuda.is_bf16_supported()) else "fp16"
@@ -349,7 +349,7 @@ def check_flop_utilisation(device: str, folder: Path, cpu_dry_run: bool) -> dict
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
     from simcse_weince.training.flops import PEAK_DTYPES, encoder_training_flops, matmul_peak_flops
-    from simcse_weince.training.objective import ContrastiveObjective
+    from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
     class NoAccelerator:  # forward_backward's one use of the accelerator
         @staticmethod

@@ -2,7 +2,7 @@
 
 The one path from embeddings to a loss in this package: the sentence-transformers losses
 (:class:`~simcse_weince.WeinceLoss`, :class:`~simcse_weince.InfoNCELoss` and their cached versions) and both
-trainers' objective (:class:`~simcse_weince.training.objective.ContrastiveObjective`) call it, so a fix here
+trainers' objective (:class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`) call it, so a fix here
 reaches all of them.
 
 Example::
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
+from simcse_weince.deprecation import renamed_keyword
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.settings import LOSSES
 from simcse_weince.weince.directions import DIRECTIONS, PARTITION_MODES, directions_loss
@@ -116,12 +118,104 @@ def anchors_and_candidates(columns: Sequence[Tensor], gather: bool) -> tuple[Ten
     return anchors, candidates
 
 
+@dataclass(frozen=True)
+class ContrastiveSettings:
+    """The options of a contrastive loss, validated once, when built (frozen: change one with
+    ``dataclasses.replace``, which validates again). What :func:`contrastive_loss` computes with; the loss classes
+    and :class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective` build one and call it every step
+    without checking again. The fields are :func:`loss_from_embeddings`'s options (``weince``: the
+    :class:`~simcse_weince.WeinceConfig`, the paper's for None); the MNRL options are stored normalised by
+    :func:`check_contrastive_options`."""
+
+    loss: str = "weince"
+    temperature: float = 0.05
+    weince: WeinceConfig | None = None
+    geometry: str = "simcse"
+    gather: bool = False
+    hardness_strength: float = 0.0
+    directions: tuple[str, ...] = DEFAULT_DIRECTIONS
+    partition_mode: str = "joint"
+    hardness_mode: str | None = DEFAULT_HARDNESS_MODE
+    similarity_fct: Callable[[Tensor, Tensor], Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
+        if self.geometry not in GEOMETRIES:
+            raise ValueError(f"unknown geometry {self.geometry!r}; expected one of {GEOMETRIES}")
+        if self.weince is not None and not isinstance(self.weince, WeinceConfig):
+            raise TypeError(f"weince must be a WeinceConfig, got {type(self.weince).__name__}")
+        directions, partition_mode, hardness_mode = check_contrastive_options(
+            self.directions, self.partition_mode, self.hardness_mode, self.hardness_strength
+        )
+        non_default = directions != DEFAULT_DIRECTIONS or hardness_mode not in (None, DEFAULT_HARDNESS_MODE)
+        if self.geometry != "simcse" and (non_default or partition_mode != "joint"):
+            # simclr's 2N x 2N set treats both views alike already; MNRL's options are defined on (query, doc)
+            raise ValueError(
+                f"directions, partition_mode and hardness_mode are for the simcse geometry (text); the "
+                f"{self.geometry} geometry (two views, no queries and documents) takes no directions, "
+                f"partition_mode or hardness_mode; got directions={list(directions)}, "
+                f"partition_mode={partition_mode!r}, hardness_mode={hardness_mode!r}"
+            )
+        if self.similarity_fct is not None and self.loss == "weince":
+            raise ValueError(
+                "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
+                "similarities bounded by 1; leave similarity_fct unset"
+            )
+        object.__setattr__(self, "directions", directions)
+        object.__setattr__(self, "partition_mode", partition_mode)
+        object.__setattr__(self, "hardness_mode", hardness_mode)
+        object.__setattr__(self, "hardness_strength", float(self.hardness_strength))
+
+
+def contrastive_loss(
+    columns: Sequence[Tensor],
+    settings: ContrastiveSettings,
+    *,
+    statistics: bool = False,
+    mixing_weight: float | None = None,
+) -> EmbeddingsLoss:
+    """The loss of per-column embeddings under validated ``settings``: what :func:`loss_from_embeddings`, the loss
+    classes and the trainers' objective compute. ``mixing_weight`` fixes WEINCE's λ for every anchor (the
+    objective's check of the extreme cosines; None: the paper's λ, or 0 for InfoNCE). ``statistics`` needs cosine
+    similarity (``settings.similarity_fct`` None)."""
+    if len(columns) > 2 and settings.geometry != "simcse":
+        raise ValueError(f"hard negatives need the simcse geometry, not {settings.geometry!r}")
+    hardness_strength, hardness_mode = settings.hardness_strength, settings.hardness_mode
+    if hardness_mode is None:  # MNRL: no hardness weighting, whatever hardness_strength says
+        hardness_strength, hardness_mode = 0.0, DEFAULT_HARDNESS_MODE
+    by_directions = settings.directions != DEFAULT_DIRECTIONS or settings.similarity_fct is not None
+    if mixing_weight is None and settings.loss == "infonce" and (statistics or by_directions):
+        mixing_weight = 0.0  # InfoNCE is WEINCE at λ = 0 wherever the InfoNCE core does not compute it
+    anchors, candidates = anchors_and_candidates(columns, settings.gather)
+    if by_directions:
+        value = directions_loss(
+            anchors, candidates, directions=settings.directions, partition_mode=settings.partition_mode,
+            temperature=settings.temperature, config=settings.weince, mixing_weight=mixing_weight,
+            hardness_mode=hardness_mode, hardness_strength=hardness_strength, similarity=settings.similarity_fct,
+            return_stats=statistics,
+        )  # fmt: skip
+        if not statistics:
+            return EmbeddingsLoss(value, {}, anchors, candidates)
+        return EmbeddingsLoss(value[0], summarize_statistics(value[1]), anchors, candidates)
+    options = {"temperature": settings.temperature, "geometry": settings.geometry,
+               "hardness_strength": hardness_strength, "hardness_mode": hardness_mode}  # fmt: skip
+    if settings.loss == "infonce" and mixing_weight is None:
+        return EmbeddingsLoss(infonce_loss(anchors, candidates, **options), {}, anchors, candidates)
+    if not statistics:
+        value = weince_loss(anchors, candidates, config=settings.weince, mixing_weight=mixing_weight, **options)
+        return EmbeddingsLoss(value, {}, anchors, candidates)
+    value, stats = weince_loss(anchors, candidates, config=settings.weince, return_stats=True,
+                               mixing_weight=mixing_weight, **options)  # fmt: skip
+    return EmbeddingsLoss(value, summarize_statistics(stats), anchors, candidates)
+
+
 def loss_from_embeddings(
     columns: Sequence[Tensor],
     *,
     loss: str = "weince",
     temperature: float = 0.05,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     geometry: str = "simcse",
     gather: bool = False,
     hardness_strength: float = 0.0,
@@ -130,6 +224,7 @@ def loss_from_embeddings(
     partition_mode: str = "joint",
     hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
     similarity_fct: Callable[[Tensor, Tensor], Tensor] | None = None,
+    **deprecated: Any,
 ) -> EmbeddingsLoss:
     """The loss of per-column embeddings: column 0 the anchors, column 1 their positives, further columns hard
     negatives (row i of each is anchor i's own; every anchor sees all of them as extra candidates).
@@ -138,7 +233,8 @@ def loss_from_embeddings(
         columns: one ``(N, D)`` tensor per column (at least two).
         loss: ``"weince"`` or ``"infonce"``.
         temperature: τ.
-        config: WEINCE's mixing-weight settings (the paper's for None).
+        weince: WEINCE's mixing-weight settings, a :class:`~simcse_weince.WeinceConfig` (the paper's for None;
+            ``config=`` is its old, deprecated name).
         geometry: ``"simcse"`` (candidate i is anchor i's positive) or ``"simclr"`` (the 2N x 2N NT-Xent set of
             two views; no hard negatives).
         gather: gather every column from all processes (with gradient) first.
@@ -155,50 +251,21 @@ def loss_from_embeddings(
         similarity_fct: MNRL's ``similarity_fct`` for ``"infonce"`` (e.g. ``sentence_transformers.util.dot_score``);
             None is cosine, the only similarity WEINCE takes (its shortfall logit needs similarities bounded by 1).
 
-    The options are checked by :func:`check_contrastive_options`; ``geometry="simclr"`` takes their defaults only.
+    The options are checked on every call (by :class:`ContrastiveSettings`); a loss called every step builds its
+    settings once and calls :func:`contrastive_loss`.
     """
-    if loss not in LOSSES:
-        raise ValueError(f"unknown loss {loss!r}; expected one of {LOSSES}")
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"unknown geometry {geometry!r}; expected one of {GEOMETRIES}")
-    if len(columns) > 2 and geometry != "simcse":
-        raise ValueError(f"hard negatives need the simcse geometry, not {geometry!r}")
-    directions, partition_mode, hardness_mode = check_contrastive_options(
-        directions, partition_mode, hardness_mode, hardness_strength
-    )
-    non_default = directions != DEFAULT_DIRECTIONS or hardness_mode not in (None, DEFAULT_HARDNESS_MODE)
-    if geometry != "simcse" and non_default:
-        raise ValueError(
-            f"the {geometry} geometry (two views, no queries and documents) takes no directions or hardness_mode; "
-            f"got directions={directions}, hardness_mode={hardness_mode!r}"
-        )
-    if similarity_fct is not None and (loss == "weince" or statistics):
+    weince = renamed_keyword(deprecated, "config", "weince", weince, "loss_from_embeddings")
+    if similarity_fct is not None and statistics:
         raise ValueError(
             "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
             "similarities bounded by 1; leave similarity_fct unset"
         )
-    if hardness_mode is None:  # MNRL: no hardness weighting, whatever hardness_strength says
-        hardness_strength, hardness_mode = 0.0, DEFAULT_HARDNESS_MODE
-    anchors, candidates = anchors_and_candidates(columns, gather)
-    if directions != DEFAULT_DIRECTIONS or similarity_fct is not None:
-        value = directions_loss(
-            anchors, candidates, directions=directions, partition_mode=partition_mode, temperature=temperature,
-            config=config, mixing_weight=0.0 if loss == "infonce" else None, hardness_mode=hardness_mode,
-            hardness_strength=hardness_strength, similarity=similarity_fct, return_stats=statistics,
-        )  # fmt: skip
-        if not statistics:
-            return EmbeddingsLoss(value, {}, anchors, candidates)
-        return EmbeddingsLoss(value[0], summarize_statistics(value[1]), anchors, candidates)
-    options = {"temperature": temperature, "geometry": geometry, "hardness_strength": hardness_strength,
-               "hardness_mode": hardness_mode}  # fmt: skip
-    if loss == "infonce" and not statistics:
-        return EmbeddingsLoss(infonce_loss(anchors, candidates, **options), {}, anchors, candidates)
-    if not statistics:
-        return EmbeddingsLoss(weince_loss(anchors, candidates, config=config, **options), {}, anchors, candidates)
-    mixing_weight = 0.0 if loss == "infonce" else None
-    value, stats = weince_loss(anchors, candidates, config=config, return_stats=True, mixing_weight=mixing_weight,
-                               **options)  # fmt: skip
-    return EmbeddingsLoss(value, summarize_statistics(stats), anchors, candidates)
+    settings = ContrastiveSettings(
+        loss=loss, temperature=temperature, weince=weince, geometry=geometry, gather=gather,
+        hardness_strength=hardness_strength, directions=directions, partition_mode=partition_mode,
+        hardness_mode=hardness_mode, similarity_fct=similarity_fct,
+    )  # fmt: skip
+    return contrastive_loss(columns, settings, statistics=statistics)
 
 
 def read_diagnostics(last: EmbeddingsLoss | None) -> dict[str, float]:
