@@ -3,28 +3,48 @@ sentence-transformers does for renamed arguments)."""
 
 from __future__ import annotations
 
+import functools
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 
-def warn_renamed(old: str, new: str, where: str) -> None:
+def warn_renamed(old: str, new: str, where: str, stacklevel: int = 3) -> None:
     """One ``FutureWarning``: ``where``'s ``old`` is now ``new``."""
     warnings.warn(
         f"{where}: {old!r} is renamed to {new!r}; the old name will be removed in a future release",
         FutureWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
 
 
-def renamed_keyword(extra: dict[str, Any], old: str, new: str, value: Any, where: str) -> Any:
-    """The value of keyword ``new``, taken from the deprecated ``old`` in ``extra`` (the function's ``**kwargs``)
-    with a ``FutureWarning``; any other keyword in ``extra`` is refused as Python would refuse it."""
-    unknown = [name for name in extra if name != old]
-    if unknown:
-        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r}")
-    if old not in extra:
-        return value
-    if value is not None:
-        raise TypeError(f"{where}(): give {new!r} only ({old!r} is its old name), not both")
-    warn_renamed(old, new, where)
-    return extra[old]
+def renamed_keywords(**new_names: str) -> Callable:
+    """Decorator: a call with an old keyword (``old="new"``) passes its value as the new one, with a
+    ``FutureWarning``; giving both is a ``TypeError``."""
+
+    def decorate(function: Callable) -> Callable:
+        where = function.__qualname__.removesuffix(".__init__")
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            for old, new in new_names.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{where}(): give {new!r} only ({old!r} is its old name), not both")
+                    warn_renamed(old, new, where)
+                    kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def renamed_attribute(old: str, new: str) -> property:
+    """A property ``old`` that reads ``new`` with a ``FutureWarning``."""
+
+    def read(self: Any) -> Any:
+        warn_renamed(old, new, type(self).__name__)
+        return getattr(self, new)
+
+    return property(read, doc=f"Deprecated: renamed to :attr:`{new}`.")

@@ -107,13 +107,13 @@ def compare_grid(
             reference = CachedMultipleNegativesRankingLoss(model, **common)
             ours = [
                 CachedInfoNCELoss(model, scale=20.0, **common),
-                CachedWeinceLoss(model, scale=20.0, config=LAMBDA_ZERO, **common),
+                CachedWeinceLoss(model, scale=20.0, weince=LAMBDA_ZERO, **common),
             ]
         else:
             reference = MultipleNegativesRankingLoss(model, **common)
             ours = [
                 InfoNCELoss(model, scale=20.0, **common),
-                WeinceLoss(model, scale=20.0, config=LAMBDA_ZERO, **common),
+                WeinceLoss(model, scale=20.0, weince=LAMBDA_ZERO, **common),
             ]
         expected_loss, expected_grad = run(reference)
         scale = expected_grad.abs().max().item()

@@ -155,8 +155,8 @@ def test_sentence_transformers_token_budget_gives_the_padded_loss_and_gradients(
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         return loss.item(), grads, inputs
 
-    expected_loss, expected_grads, padded_inputs = loss_and_grads(WeinceLoss(model, config=CONFIG))
-    loss, grads, budget_inputs = loss_and_grads(CachedWeinceLoss(model, config=CONFIG, mini_batch_num_tokens=96))
+    expected_loss, expected_grads, padded_inputs = loss_and_grads(WeinceLoss(model, weince=CONFIG))
+    loss, grads, budget_inputs = loss_and_grads(CachedWeinceLoss(model, weince=CONFIG, mini_batch_num_tokens=96))
     assert loss == pytest.approx(expected_loss, rel=1e-5)
     assert_grads_close(grads, expected_grads)
     # GradCache encodes every sentence twice (without and with a graph): compare one pass with the padded forward

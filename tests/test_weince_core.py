@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_logits, weince_loss
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
+from simcse_weince.weince.loss import STATISTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
 
 
 def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
@@ -245,7 +245,7 @@ def test_summarize_statistics_by_hand():
         "beta": torch.tensor([0.5, 1.0, 2.0, 5.0]),  # the clamped exponent is not what is summarised
     }
     summary = summarize_statistics(stats)
-    assert list(summary) == list(DIAGNOSTIC_KEYS)
+    assert list(summary) == list(STATISTIC_KEYS)
     expected = {
         "lambda_mean": 0.525,
         "lambda_above_half": 0.5,

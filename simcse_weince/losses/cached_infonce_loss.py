@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
+from simcse_weince.deprecation import renamed_keywords
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
 from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.losses.infonce_loss import SIMCSE_CITATION, InfoNCELoss
 
 
 class CachedInfoNCELoss(CachedColumnsLoss):
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,

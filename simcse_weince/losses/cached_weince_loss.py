@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
+from simcse_weince.deprecation import renamed_keywords
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
 from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.losses.weince_loss import WEINCE_CITATION, WeinceLoss
@@ -14,6 +15,7 @@ from simcse_weince.weince.config import WeinceConfig
 
 
 class CachedWeinceLoss(CachedColumnsLoss):
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,
@@ -24,7 +26,7 @@ class CachedWeinceLoss(CachedColumnsLoss):
         directions: Sequence[str] = DEFAULT_DIRECTIONS,
         partition_mode: str = "joint",
         hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
-        config: WeinceConfig | None = None,
+        weince: WeinceConfig | None = None,
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
         gather_across_devices: bool = False,
@@ -63,7 +65,8 @@ class CachedWeinceLoss(CachedColumnsLoss):
             partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.WeinceLoss`.
             hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
                 None (off), as :class:`~simcse_weince.WeinceLoss`.
-            config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
+            weince: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's;
+                ``config=`` is its old, deprecated name).
             mini_batch_size: sentences per encoder pass; bounds the activation memory. The batch size
                 (the negatives) is set by the data loader as usual.
             mini_batch_num_tokens: if set, mini-batches are packed by their number of non-padding tokens instead
@@ -75,7 +78,7 @@ class CachedWeinceLoss(CachedColumnsLoss):
                 WEINCE's logits, as :class:`~simcse_weince.WeinceLoss`'s option of that name (**ours**, off by
                 default).
 
-        After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
+        After each step, :attr:`last_statistics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, as for :class:`~simcse_weince.WeinceLoss`.
 
         References:
@@ -123,14 +126,14 @@ class CachedWeinceLoss(CachedColumnsLoss):
                 args = SentenceTransformerTrainingArguments("out", per_device_train_batch_size=1024)
                 trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train_dataset, loss=loss)
                 trainer.train()
-                print(loss.last_diagnostics)
+                print(loss.last_statistics)
         """
         super().__init__(
             model,
             lambda: WeinceLoss(
                 model,
                 temperature,
-                config=config,
+                weince=weince,
                 gather_across_devices=gather_across_devices,
                 scale=scale,
                 similarity_fct=similarity_fct,

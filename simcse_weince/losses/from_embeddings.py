@@ -20,19 +20,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from simcse_weince.deprecation import renamed_keyword
+from simcse_weince.deprecation import renamed_keywords
 from simcse_weince.distributed import gather_with_grad
 from simcse_weince.settings import LOSSES
 from simcse_weince.weince.directions import DIRECTIONS, PARTITION_MODES, directions_loss
 from simcse_weince.weince.loss import (
-    DIAGNOSTIC_KEYS,
     GEOMETRIES,
     HARDNESS_MODES,
+    STATISTIC_KEYS,
     WeinceConfig,
     infonce_loss,
     raise_non_finite,
@@ -96,7 +96,7 @@ class EmbeddingsLoss(NamedTuple):
     """What :func:`loss_from_embeddings` returns."""
 
     loss: Tensor  # the scalar loss (float32; float64 for float64 embeddings)
-    statistics: dict[str, Tensor]  # WEINCE's λ statistics of the batch (DIAGNOSTIC_KEYS), detached 0-d; {} if not asked
+    statistics: dict[str, Tensor]  # WEINCE's λ statistics of the batch (STATISTIC_KEYS), detached 0-d; {} if not asked
     anchors: Tensor  # the anchors the loss saw (gathered across processes when asked)
     candidates: Tensor  # every anchor's candidates, stacked: positives, then each hard-negative column
 
@@ -210,6 +210,7 @@ def contrastive_loss(
     return EmbeddingsLoss(value, summarize_statistics(stats), anchors, candidates)
 
 
+@renamed_keywords(config="weince")
 def loss_from_embeddings(
     columns: Sequence[Tensor],
     *,
@@ -224,7 +225,6 @@ def loss_from_embeddings(
     partition_mode: str = "joint",
     hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
     similarity_fct: Callable[[Tensor, Tensor], Tensor] | None = None,
-    **deprecated: Any,
 ) -> EmbeddingsLoss:
     """The loss of per-column embeddings: column 0 the anchors, column 1 their positives, further columns hard
     negatives (row i of each is anchor i's own; every anchor sees all of them as extra candidates).
@@ -254,7 +254,6 @@ def loss_from_embeddings(
     The options are checked on every call (by :class:`ContrastiveSettings`); a loss called every step builds its
     settings once and calls :func:`contrastive_loss`.
     """
-    weince = renamed_keyword(deprecated, "config", "weince", weince, "loss_from_embeddings")
     if similarity_fct is not None and statistics:
         raise ValueError(
             "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
@@ -268,11 +267,11 @@ def loss_from_embeddings(
     return contrastive_loss(columns, settings, statistics=statistics)
 
 
-def read_diagnostics(last: EmbeddingsLoss | None) -> dict[str, float]:
+def read_statistics(last: EmbeddingsLoss | None) -> dict[str, float]:
     """The statistics of a loss's last batch as floats; a non-finite last loss is reported here with the culprit
     rows. The check is deferred to this read (one device synchronisation) so that training steps do not wait."""
     if last is None:
         return {}
     if not torch.isfinite(last.loss).item():
         raise_non_finite(last.anchors, last.candidates)
-    return {key: float(last.statistics[key]) for key in DIAGNOSTIC_KEYS} if last.statistics else {}
+    return {key: float(last.statistics[key]) for key in STATISTIC_KEYS} if last.statistics else {}

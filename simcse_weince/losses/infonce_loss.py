@@ -8,6 +8,7 @@ from typing import Any
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
+from simcse_weince.deprecation import renamed_keywords
 from simcse_weince.losses._columns import ColumnsLoss
 from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.weince.loss import WeinceConfig
@@ -25,6 +26,7 @@ SIMCSE_CITATION = """
 class InfoNCELoss(ColumnsLoss):
     loss_name = "infonce"
 
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,
@@ -38,7 +40,7 @@ class InfoNCELoss(ColumnsLoss):
         hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
         hardness_strength: float = 0.0,
         track_statistics: bool = False,
-        config: WeinceConfig | None = None,
+        weince: WeinceConfig | None = None,
     ) -> None:
         """InfoNCE (SimCSE's loss): for every anchor, a cross-entropy over its positive and all other candidates of
         the batch, with cosine similarities divided by the temperature τ. It is WEINCE's λ = 0 baseline, on the same
@@ -70,8 +72,9 @@ class InfoNCELoss(ColumnsLoss):
             hardness_strength: α ≥ 0 of that weighting (default 0: off; LLaVE: 9, EmbeddingGemma's
                 ``hard_negatives``: 5).
             track_statistics: also compute WEINCE's tail statistics (without using them) so that
-                :attr:`last_diagnostics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
-            config: the :class:`~simcse_weince.WeinceConfig` used for those statistics.
+                :attr:`last_statistics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
+            weince: the :class:`~simcse_weince.WeinceConfig` used for those statistics (``config=`` is its old,
+                deprecated name).
 
         The options after ``temperature`` are keyword-only: the losses of this package take different options, and
         a positional call could bind a value to another loss's option.
@@ -116,14 +119,14 @@ class InfoNCELoss(ColumnsLoss):
                 loss = InfoNCELoss(model, track_statistics=True)  # one column: unsupervised SimCSE
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
-                print(loss.last_diagnostics)  # what WEINCE's mixing weight would have been
+                print(loss.last_statistics)  # what WEINCE's mixing weight would have been
         """
         super().__init__(
-            model, temperature, scale=scale, config=config, gather_across_devices=gather_across_devices,
+            model, temperature, scale=scale, weince=weince, gather_across_devices=gather_across_devices,
             similarity_fct=similarity_fct, directions=directions, partition_mode=partition_mode,
             hardness_mode=hardness_mode, hardness_strength=hardness_strength,
         )  # fmt: skip
-        if track_statistics and self._similarity_option() is not None:
+        if track_statistics and self.settings.similarity_fct is not None:
             raise ValueError(
                 "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
                 "similarity_fct unset or track_statistics off"

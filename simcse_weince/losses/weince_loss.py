@@ -8,6 +8,7 @@ from typing import Any
 from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
+from simcse_weince.deprecation import renamed_keywords
 from simcse_weince.losses._columns import ColumnsLoss, is_cosine
 from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.weince.loss import WeinceConfig
@@ -27,13 +28,14 @@ WEINCE_CITATION = """
 class WeinceLoss(ColumnsLoss):
     loss_name = "weince"
 
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,
         temperature: float | None = None,
         *,
         scale: float | None = None,
-        config: WeinceConfig | None = None,
+        weince: WeinceConfig | None = None,
         similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
         gather_across_devices: bool = False,
         directions: Sequence[str] = DEFAULT_DIRECTIONS,
@@ -58,7 +60,8 @@ class WeinceLoss(ColumnsLoss):
             temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
             scale: sentence-transformers' spelling of 1 / τ, so that MNRL's options carry over; give ``temperature``
                 or ``scale``, not both.
-            config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
+            weince: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's;
+                ``config=`` is its old, deprecated name).
             similarity_fct: cosine only (``sentence_transformers.util.cos_sim``, the default): the shortfall logit
                 ``-log(1 - s)`` and the tail statistics need similarities bounded by 1, their endpoint; anything else
                 is refused (:class:`~simcse_weince.InfoNCELoss` takes any, as MNRL does).
@@ -92,7 +95,7 @@ class WeinceLoss(ColumnsLoss):
         entry; masked entries (a query against itself, a document against its own query's documents) take no part.
         λ = 0 is MNRL exactly, whatever the options (``docs/directions.md``).
 
-        After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
+        After each step, :attr:`last_statistics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
         and mean β̂ of the batch, for logging.
 
         References:
@@ -136,7 +139,7 @@ class WeinceLoss(ColumnsLoss):
                 loss = WeinceLoss(model)  # one column: unsupervised SimCSE with dropout positives
                 trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
                 trainer.train()
-                print(loss.last_diagnostics)
+                print(loss.last_statistics)
 
             The symmetric loss of a retrieval recipe, as with MNRL::
 
@@ -149,13 +152,13 @@ class WeinceLoss(ColumnsLoss):
                 f"similarities bounded by 1; use InfoNCELoss for other similarities"
             )
         super().__init__(
-            model, temperature, scale=scale, config=config, gather_across_devices=gather_across_devices,
+            model, temperature, scale=scale, weince=weince, gather_across_devices=gather_across_devices,
             similarity_fct=similarity_fct, directions=directions, partition_mode=partition_mode,
             hardness_mode=hardness_mode, hardness_strength=hardness_strength,
         )  # fmt: skip
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {**self.contrastive_options(), **self.config.to_dict()}
+        return {**self.contrastive_options(), **self.weince.to_dict()}
 
     @property
     def citation(self) -> str:

@@ -31,9 +31,10 @@ _EXPORTS = {
     "tail_statistics": "tail",
     "mixing_weights": "tail",
     "summarize_statistics": "tail",
-    "DIAGNOSTIC_KEYS": "config",
+    "STATISTIC_KEYS": "config",
 }
 
 __all__ = list(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# the λ statistics were called diagnostics, a name now kept for the EVT package simcse_weince.diagnostics
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, renamed={"DIAGNOSTIC_KEYS": "STATISTIC_KEYS"})

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from simcse_weince.weince.config import GATES, WeinceConfig
 from simcse_weince.weince.tail import (
-    DIAGNOSTIC_KEYS,
+    STATISTIC_KEYS,
     TailStatistics,
     mixing_weights,
     shortfall_exponent,
@@ -47,7 +47,7 @@ __all__ = [
     "mixing_weights",
     "summarize_statistics",
     "weince_logits",
-    "DIAGNOSTIC_KEYS",
+    "STATISTIC_KEYS",
     "GEOMETRIES",
     "GATES",
     "HARDNESS_MODES",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from simcse_weince.weince.config import DIAGNOSTIC_KEYS, WeinceConfig
+from simcse_weince.weince.config import STATISTIC_KEYS, WeinceConfig
 
 __all__ = [
     "TailStatistics",
@@ -21,7 +21,7 @@ __all__ = [
     "summarize_statistics",
     "statistics_dtype",
     "shortfall_exponent",
-    "DIAGNOSTIC_KEYS",
+    "STATISTIC_KEYS",
 ]
 
 # what a call without a config uses: built (and validated) once, not on every call; only read here
@@ -284,4 +284,4 @@ def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tens
         stats["delta_aic"].mean(),
         stats["beta_hat"].mean(),
     )
-    return dict(zip(DIAGNOSTIC_KEYS, values))  # the names of every log, defined once
+    return dict(zip(STATISTIC_KEYS, values))  # the names of every log, defined once
