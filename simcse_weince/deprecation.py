@@ -48,3 +48,12 @@ def renamed_attribute(old: str, new: str) -> property:
         return getattr(self, new)
 
     return property(read, doc=f"Deprecated: renamed to :attr:`{new}`.")
+
+
+def renamed_value(old_value: Any, new_value: Any, old: str, new: str, where: str) -> Any:
+    """The value of a renamed option given under its ``old`` name (a ``FutureWarning``); for a function that keeps
+    the old keyword in its signature and calls this only when it is given (no extra call on its hot path)."""
+    if new_value is not None:
+        raise TypeError(f"{where}(): give {new!r} only ({old!r} is its old name), not both")
+    warn_renamed(old, new, where, stacklevel=4)
+    return old_value

@@ -236,9 +236,9 @@ def test_weince_hardness_in_the_sentence_transformers_losses(model, wiki_sentenc
     with torch.no_grad():
         embeddings = [model(dict(f))["sentence_embedding"] for f in features]
     anchors, candidates = embeddings[0], torch.cat(embeddings[1:] if num_columns > 1 else embeddings)
-    core = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG, hardness_strength=9.0)
+    core = weince_loss(anchors, candidates, temperature=0.05, weince=CONFIG, hardness_strength=9.0)
     assert expected_loss.item() == pytest.approx(core.item(), rel=1e-5, abs=1e-6)
-    plain = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG)
+    plain = weince_loss(anchors, candidates, temperature=0.05, weince=CONFIG)
     assert abs(core.item() - plain.item()) > 1e-3  # the term changes the loss on these embeddings
     cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3, hardness_strength=9.0)
     loss, grads = _loss_and_grads(model, cached, features)

@@ -137,7 +137,7 @@ def test_the_reference_sees_the_correction(minilm_path, sick):
     batch, columns = _batch(model, sick["triplets"])
     with torch.no_grad():
         views = model(**batch).chunk(3)
-        _, stats = weince_loss(views[0], torch.cat(views[1:]), temperature=0.05, config=CONFIG, return_stats=True)
+        _, stats = weince_loss(views[0], torch.cat(views[1:]), temperature=0.05, weince=CONFIG, return_stats=True)
     assert stats["mixing_weight"].max() > 0.3
 
 

@@ -210,7 +210,7 @@ def test_objective_is_the_core_loss_on_two_views():
     torch.manual_seed(0)
     first, second = torch.randn(24, 16), torch.randn(24, 16)
     loss, stats = ContrastiveObjective("weince", 0.05, weince=WeinceConfig(quantile=0.3))(first, second)
-    expected, full = weince_loss(first, second, temperature=0.05, config=WeinceConfig(quantile=0.3), return_stats=True)
+    expected, full = weince_loss(first, second, temperature=0.05, weince=WeinceConfig(quantile=0.3), return_stats=True)
     assert torch.equal(loss, expected)
     assert stats["lambda_mean"] == full["mixing_weight"].mean()
     assert stats["lambda_above_half"] == (full["mixing_weight"] > 0.5).float().mean()

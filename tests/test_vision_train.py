@@ -144,7 +144,7 @@ def test_objective_matches_the_core_losses():
 
     config = WeinceConfig(beta=1.0)
     loss, logs = ContrastiveObjective("weince", 0.5, weince=config, geometry="simclr")(z1, z2, statistics=True)
-    expected, stats = weince_loss(z1, z2, temperature=0.5, config=config, geometry="simclr", return_stats=True)
+    expected, stats = weince_loss(z1, z2, temperature=0.5, weince=config, geometry="simclr", return_stats=True)
     assert loss.item() == pytest.approx(expected.item()) and float(logs["lambda_mean"]) == pytest.approx(
         stats["mixing_weight"].mean().item()
     )

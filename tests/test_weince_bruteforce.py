@@ -146,7 +146,7 @@ def test_core_equals_the_loop_reference(case):
     anchors, candidates = _case(kind, n, d, extra, seed)
     core_anchors = anchors.clone().requires_grad_(True)
     core_candidates = candidates.clone().requires_grad_(True)
-    loss, stats = weince_loss(core_anchors, core_candidates, temperature=temperature, config=config, return_stats=True)
+    loss, stats = weince_loss(core_anchors, core_candidates, temperature=temperature, weince=config, return_stats=True)
     loss.backward()
     ref_anchors = anchors.clone().requires_grad_(True)
     ref_candidates = candidates.clone().requires_grad_(True)

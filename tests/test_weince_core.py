@@ -87,7 +87,7 @@ def test_gradient_matches_finite_differences(geometry):
         anchors.detach().clone(),
         candidates.detach().clone(),
         temperature=0.2,
-        config=config,
+        weince=config,
         geometry=geometry,
         return_stats=True,
     )
@@ -95,7 +95,7 @@ def test_gradient_matches_finite_differences(geometry):
     assert frozen_weight.max() > 0.05  # the shortfall term is really exercised
 
     def loss_fn(a, c):
-        return weince_loss(a, c, temperature=0.2, config=config, geometry=geometry, mixing_weight=frozen_weight)
+        return weince_loss(a, c, temperature=0.2, weince=config, geometry=geometry, mixing_weight=frozen_weight)
 
     assert torch.autograd.gradcheck(loss_fn, (anchors, candidates), eps=1e-6, atol=1e-6)
 
@@ -161,7 +161,7 @@ def test_beta_modes():
     anchors, candidates = _views(64, 16)
     _, estimated = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
     assert torch.equal(estimated["beta"], estimated["beta_hat"].clamp(0.5, 16.0))
-    _, fixed = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(beta=2.5), return_stats=True)
+    _, fixed = weince_loss(anchors, candidates, temperature=0.05, weince=WeinceConfig(beta=2.5), return_stats=True)
     assert torch.all(fixed["beta"] == 2.5)
     assert WeinceConfig.reference().beta == 1.0
 
@@ -170,7 +170,7 @@ def test_gates():
     anchors, candidates = _views(64, 16)
     weights = {}
     for gate in ("both", "rho", "aic"):
-        _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate), return_stats=True)
+        _, stats = weince_loss(anchors, candidates, temperature=0.05, weince=WeinceConfig(gate=gate), return_stats=True)
         weights[gate] = stats["mixing_weight"]
     torch.testing.assert_close(weights["both"], weights["rho"] * weights["aic"])
 
@@ -388,7 +388,7 @@ def test_loss_and_gradients_stay_finite(batch):
     anchors.requires_grad_(True)
     candidates.requires_grad_(True)
     loss, stats = weince_loss(
-        anchors, candidates, temperature=0.05, config=config, geometry=geometry, return_stats=True
+        anchors, candidates, temperature=0.05, weince=config, geometry=geometry, return_stats=True
     )
     loss.backward()
     assert loss.dtype in (torch.float32, torch.float64)
@@ -473,7 +473,7 @@ def test_bad_config_is_rejected_clearly(kwargs, message):
 
 def test_config_must_be_a_weince_config():
     with pytest.raises(TypeError, match="WeinceConfig"):
-        weince_loss(torch.randn(4, 8), torch.randn(4, 8), temperature=0.05, config={"quantile": 0.2})
+        weince_loss(torch.randn(4, 8), torch.randn(4, 8), temperature=0.05, weince={"quantile": 0.2})
 
 
 @pytest.mark.parametrize("loss_fn", [weince_loss, infonce_loss])

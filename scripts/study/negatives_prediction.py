@@ -54,7 +54,7 @@ def batch_statistics(first: torch.Tensor, second: torch.Tensor, batch_size: int,
     rho0, losses, infonce = [], [], []
     for start in range(0, len(first) - batch_size + 1, batch_size):
         anchors, candidates = first[start : start + batch_size], second[start : start + batch_size]
-        loss, stats = weince_loss(anchors, candidates, temperature=0.05, config=config, return_stats=True)
+        loss, stats = weince_loss(anchors, candidates, temperature=0.05, weince=config, return_stats=True)
         for key in keys:
             pooled[key].append(stats[key])
         rho0.append(float(stats["rho0"]))

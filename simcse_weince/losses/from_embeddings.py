@@ -191,7 +191,7 @@ def contrastive_loss(
     if by_directions:
         value = directions_loss(
             anchors, candidates, directions=settings.directions, partition_mode=settings.partition_mode,
-            temperature=settings.temperature, config=settings.weince, mixing_weight=mixing_weight,
+            temperature=settings.temperature, weince=settings.weince, mixing_weight=mixing_weight,
             hardness_mode=hardness_mode, hardness_strength=hardness_strength, similarity=settings.similarity_fct,
             return_stats=statistics,
         )  # fmt: skip
@@ -203,9 +203,9 @@ def contrastive_loss(
     if settings.loss == "infonce" and mixing_weight is None:
         return EmbeddingsLoss(infonce_loss(anchors, candidates, **options), {}, anchors, candidates)
     if not statistics:
-        value = weince_loss(anchors, candidates, config=settings.weince, mixing_weight=mixing_weight, **options)
+        value = weince_loss(anchors, candidates, weince=settings.weince, mixing_weight=mixing_weight, **options)
         return EmbeddingsLoss(value, {}, anchors, candidates)
-    value, stats = weince_loss(anchors, candidates, config=settings.weince, return_stats=True,
+    value, stats = weince_loss(anchors, candidates, weince=settings.weince, return_stats=True,
                                mixing_weight=mixing_weight, **options)  # fmt: skip
     return EmbeddingsLoss(value, summarize_statistics(stats), anchors, candidates)
 

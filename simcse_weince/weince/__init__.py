@@ -10,7 +10,7 @@ Example::
 
     from simcse_weince.weince import WeinceConfig, weince_loss
 
-    loss = weince_loss(anchors, positives, temperature=0.05, config=WeinceConfig())
+    loss = weince_loss(anchors, positives, temperature=0.05, weince=WeinceConfig())
 """
 
 from __future__ import annotations

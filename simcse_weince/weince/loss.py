@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from simcse_weince.deprecation import renamed_value
 from simcse_weince.weince.config import GATES, WeinceConfig
 from simcse_weince.weince.tail import (
     STATISTIC_KEYS,
@@ -375,12 +376,13 @@ def weince_loss(
     candidates: torch.Tensor,
     *,
     temperature: float,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     geometry: str = "simcse",
     return_stats: bool = False,
     mixing_weight: torch.Tensor | None = None,
     hardness_strength: float = 0.0,
     hardness_mode: str = "in_batch_negatives",
+    config: WeinceConfig | None = None,
 ):
     """WEINCE contrastive loss (mean over anchors).
 
@@ -391,7 +393,7 @@ def weince_loss(
             ``simclr``: the second views, ``N x d``; every one of the 2N rows of ``[anchors; candidates]`` is an
             anchor whose positive is its other view and whose negatives are the other 2N - 2 rows.
         temperature: tau > 0 of the InfoNCE part.
-        config: :class:`WeinceConfig` (defaults to the paper's settings).
+        weince: :class:`WeinceConfig` (defaults to the paper's settings; ``config=`` is its old, deprecated name).
         geometry: ``"simcse"`` or ``"simclr"``.
         return_stats: also return a dict of detached statistics: per-anchor ``mixing_weight``, ``delta_aic``,
             ``rho``, ``beta_hat``, ``beta`` (the exponent used), the scalar ``rho0``, and ``logits`` (simcse:
@@ -409,9 +411,11 @@ def weince_loss(
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
     """
-    config = config or _DEFAULT_CONFIG
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "weince_loss")
+    config = weince or _DEFAULT_CONFIG
     if not isinstance(config, WeinceConfig):
-        raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
+        raise TypeError(f"weince must be a WeinceConfig, got {type(config).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)
     check_hardness_strength(hardness_strength)
     temperature = float(temperature)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simcse_weince.deprecation import renamed_value
 from simcse_weince.weince.config import STATISTIC_KEYS, WeinceConfig
 
 __all__ = [
@@ -90,17 +91,19 @@ def _centred_link_targets(k: int, burn_in: int, dtype, device) -> torch.Tensor:
 
 def tail_statistics(
     negative_similarities: torch.Tensor,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     *,
     num_negatives: int | None = None,
     overwrite: bool = False,
+    config: WeinceConfig | None = None,
 ) -> TailStatistics:
     """Per-anchor tail statistics of the hardest negatives (spec section 4), without gradient.
 
     Args:
         negative_similarities: ``A x K`` cosine similarities of each anchor to its negatives. Entries that
             are not negatives (the positive, the anchor itself, padding) must be ``-inf``: they are left out.
-        config: a :class:`WeinceConfig` (tail_fraction, min_tail_points and eps are used).
+        weince: a :class:`WeinceConfig` (tail_fraction, min_tail_points and eps are used; ``config=`` is its old,
+            deprecated name).
         num_negatives: when every row holds exactly this many finite entries, say so: the statistics then
             take the fast path with no per-row counting (and no device synchronisation).
         overwrite: the caller will not read ``negative_similarities`` again (float32/float64 only), so the top-k may
@@ -109,7 +112,9 @@ def tail_statistics(
     Returns:
         :class:`TailStatistics` with ``rho``, ``delta_aic``, ``beta_hat`` (length A) in float32/float64.
     """
-    config = config or _DEFAULT_CONFIG
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "tail_statistics")
+    config = weince or _DEFAULT_CONFIG
     if negative_similarities.dim() != 2 or negative_similarities.shape[1] < 1:
         raise ValueError(
             f"negative_similarities must be A x K with K >= 1, got shape {tuple(negative_similarities.shape)}"
@@ -247,12 +252,15 @@ def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], config: Weinc
     return TailStatistics(rho, delta_aic, beta_hat, n, bool(degenerate.any()))
 
 
-def mixing_weights(stats: TailStatistics, config: WeinceConfig | None = None):
-    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5).
+def mixing_weights(stats: TailStatistics, weince: WeinceConfig | None = None, *, config: WeinceConfig | None = None):
+    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5), under
+    ``weince`` (``config=`` is its old, deprecated name).
 
     Returns ``(mixing_weight, rho0)``.
     """
-    config = config or _DEFAULT_CONFIG
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "mixing_weights")
+    config = weince or _DEFAULT_CONFIG
     rho = stats.rho
     # the authors' fallback for degenerate tails is the lower median
     rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(config.quantile * (rho.numel() - 1))
