@@ -282,7 +282,7 @@ def shortfall_exponent(stats: TailStatistics, config: WeinceConfig) -> torch.Ten
 
 
 def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The per-step diagnostics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
+    """The per-step λ statistics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
     share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
     weight = stats["mixing_weight"]
     values = (
