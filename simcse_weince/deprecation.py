@@ -23,10 +23,10 @@ def renamed_keywords(**new_names: str) -> Callable:
     ``FutureWarning``; giving both is a ``TypeError``."""
 
     def decorate(function: Callable) -> Callable:
-        where = function.__qualname__.removesuffix(".__init__")
-
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # a constructor is named after the class built (a subclass's name, not the base that defines it)
+            where = type(args[0]).__name__ if function.__name__ == "__init__" else function.__qualname__
             for old, new in new_names.items():
                 if old in kwargs:
                     if new in kwargs:

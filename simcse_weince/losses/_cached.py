@@ -6,7 +6,7 @@ citation."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -14,7 +14,7 @@ from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_sta
 from torch import Tensor, nn
 
 from simcse_weince.deprecation import renamed_attribute
-from simcse_weince.losses._columns import ColumnsLoss
+from simcse_weince.losses._columns import ColumnsLoss, fill_shared_sections
 
 GRADCACHE_CITATION = """
 @misc{gao2021scaling,
@@ -55,10 +55,23 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
     share, as siblings): the batch is embedded a mini-batch at a time by sentence-transformers'
     ``CachedLossMixin``, and the wrapped loss computes the loss of the whole batch."""
 
+    wrapped_class: type[ColumnsLoss]  # the loss of the whole batch
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_shared_sections(cls.__doc__)
+
     def __init__(
-        self, model: nn.Module, wrapped: Callable[[], ColumnsLoss], *, mini_batch_size: int,
-        mini_batch_num_tokens: int | None, show_progress_bar: bool,
-    ) -> None:  # fmt: skip
+        self,
+        model: nn.Module,
+        temperature: float | None = None,
+        *,
+        mini_batch_size: int = 32,
+        mini_batch_num_tokens: int | None = None,
+        show_progress_bar: bool = False,
+        **options: Any,
+    ) -> None:
+        """``options``: every option of the wrapped loss (``wrapped_class``), which checks them."""
         super().__init__()
         if has_static_embedding_input(model):
             raise ValueError(
@@ -68,7 +81,7 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
         self.mini_batch_num_tokens = _check_mini_batch_num_tokens(mini_batch_num_tokens)
         self.model = model
         # The wrapped loss owns and validates the loss's hyper-parameters and computes its statistics.
-        self.loss = wrapped()
+        self.loss = self.wrapped_class(model, temperature, **options)
         self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
         self.show_progress_bar = show_progress_bar
 

@@ -15,8 +15,10 @@ from sentence_transformers.base.losses.merged_forward import embed_columns as _e
 from sentence_transformers.util import cos_sim, similarity_fct_name
 from torch import Tensor, nn
 
-from simcse_weince.deprecation import renamed_attribute
+from simcse_weince.deprecation import renamed_attribute, renamed_keywords
 from simcse_weince.losses.from_embeddings import (
+    DEFAULT_DIRECTIONS,
+    DEFAULT_HARDNESS_MODE,
     ContrastiveSettings,
     EmbeddingsLoss,
     contrastive_loss,
@@ -67,6 +69,32 @@ def setting(name: str, doc: str) -> property:
     return property(lambda self: getattr(self.settings, name), doc=doc)
 
 
+#: the Inputs section every loss of this package shares; a loss's docstring holds ``{inputs}`` in its place
+INPUTS_SECTION = """\
+Inputs:
+    +-------------------------------------------------+--------+
+    | Inputs                                          | Labels |
+    +=================================================+========+
+    | (anchor,) single sentences: unsupervised SimCSE | none   |
+    +-------------------------------------------------+--------+
+    | (anchor, positive) pairs                        | none   |
+    +-------------------------------------------------+--------+
+    | (anchor, positive, negative_1, ..., negative_n) | none   |
+    +-------------------------------------------------+--------+"""
+
+
+def fill_shared_sections(docstring: str | None) -> str | None:
+    """``docstring`` with its ``{inputs}`` line replaced by :data:`INPUTS_SECTION`, indented as that line is."""
+    if docstring is None or "{inputs}" not in docstring:
+        return docstring
+    lines = []
+    for line in docstring.splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        shared = INPUTS_SECTION.splitlines() if line.strip() == "{inputs}" else None
+        lines.extend([indent + row for row in shared] if shared else [line])
+    return "\n".join(lines)
+
+
 def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) -> list[Tensor]:
     """Embed every column; one column means unsupervised SimCSE: the same text twice, two dropout masks."""
     if len(sentence_features) == 1:
@@ -85,23 +113,36 @@ class ColumnsLoss(nn.Module):
     batch goes through :func:`~simcse_weince.losses.from_embeddings.contrastive_loss` with them."""
 
     loss_name: str
-    track_statistics: bool = True
+    track_statistics: bool = True  # the default of the option of that name
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_shared_sections(cls.__doc__)
+
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,
-        temperature: float | None,
+        temperature: float | None = None,
         *,
-        scale: float | None,
-        weince: WeinceConfig | None,
-        gather_across_devices: bool,
-        similarity_fct: Callable[[Tensor, Tensor], Tensor] | None,
-        directions: Sequence[str],
-        partition_mode: str,
-        hardness_mode: str | None,
-        hardness_strength: float,
+        scale: float | None = None,
+        weince: WeinceConfig | None = None,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+        gather_across_devices: bool = False,
+        directions: Sequence[str] = DEFAULT_DIRECTIONS,
+        partition_mode: str = "joint",
+        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
+        hardness_strength: float = 0.0,
+        track_statistics: bool | None = None,
     ) -> None:
+        # one signature for every loss of this package (what each option means: the subclass's docstring)
         super().__init__()
+        if self.loss_name == "weince" and similarity_fct is not None and not is_cosine(similarity_fct):
+            raise ValueError(
+                f"{type(self).__name__} takes cosine similarity only (similarity_fct=cos_sim), got "
+                f"{getattr(similarity_fct, '__name__', similarity_fct)!r}: its shortfall logit -log(1 - s) needs "
+                f"similarities bounded by 1; use InfoNCELoss for other similarities"
+            )
         temperature = resolve_temperature(temperature, scale)
         self.model = model
         weince = check_weince(weince)
@@ -119,6 +160,13 @@ class ColumnsLoss(nn.Module):
                 "hardness_strength=%g is ignored with hardness_mode=None (as in MultipleNegativesRankingLoss); "
                 "leave hardness_mode unset (in_batch_negatives) or name a mode to apply it",
                 hardness_strength,
+            )
+        if track_statistics is not None:
+            self.track_statistics = bool(track_statistics)
+        if self.track_statistics and self.settings.similarity_fct is not None:
+            raise ValueError(
+                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
+                "similarity_fct unset or track_statistics off"
             )
         # the last batch's loss, columns and statistics, for a lazy finiteness check when the statistics are read
         # (no per-step device synchronisation)
