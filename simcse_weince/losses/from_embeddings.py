@@ -1,9 +1,10 @@
-"""Per-column embeddings to the contrastive loss and its statistics: :func:`loss_from_embeddings`.
+"""Per-column embeddings to the contrastive loss and its statistics: :func:`contrastive_loss` under validated
+:class:`ContrastiveSettings`, and :func:`loss_from_embeddings`, which validates its options on every call.
 
 The one path from embeddings to a loss in this package: the sentence-transformers losses
 (:class:`~simcse_weince.WeinceLoss`, :class:`~simcse_weince.InfoNCELoss` and their cached versions) and both
-trainers' objective (:class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`) call it, so a fix here
-reaches all of them.
+trainers' objective (:class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`) build their settings
+once and call :func:`contrastive_loss` every step, so a fix here reaches all of them.
 
 Example::
 
@@ -58,7 +59,7 @@ def check_contrastive_options(
     the option and the value) and return them normalised: ``(directions, partition_mode, hardness_mode)``, the
     directions as a tuple without repeats (one name alone is taken as a one-direction tuple).
 
-    The one check of these options: the loss classes and the trainers call it.
+    The one check of these options: :class:`ContrastiveSettings` calls it when built.
     """
     if isinstance(directions, str):
         directions = (directions,)
@@ -96,7 +97,7 @@ class EmbeddingsLoss(NamedTuple):
     """What :func:`loss_from_embeddings` returns."""
 
     loss: Tensor  # the scalar loss (float32; float64 for float64 embeddings)
-    statistics: dict[str, Tensor]  # WEINCE's λ statistics of the batch (STATISTIC_KEYS), detached 0-d; {} if not asked
+    statistics: dict[str, Tensor]  # WEINCE's λ statistics (STATISTIC_KEYS), detached 0-d; {} if not asked
     anchors: Tensor  # the anchors the loss saw (gathered across processes when asked)
     candidates: Tensor  # every anchor's candidates, stacked: positives, then each hard-negative column
 
