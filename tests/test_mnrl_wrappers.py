@@ -119,7 +119,7 @@ def test_no_duplicates_batch_sampler_trains_weince(model, wiki_sentences, tmp_pa
     SentenceTransformerTrainer, on pairs with repeated anchors: training runs and moves the encoder."""
     anchors = [wiki_sentences[i % 12] for i in range(24)]  # every anchor twice: the sampler must separate them
     dataset = Dataset.from_dict({"anchor": anchors, "positive": wiki_sentences[100:124]})
-    options = {"directions": ("query_to_doc", "doc_to_query"), "config": WeinceConfig(quantile=0.3)}
+    options = {"directions": ("query_to_doc", "doc_to_query"), "weince": WeinceConfig(quantile=0.3)}
     loss = CachedWeinceLoss(model, mini_batch_size=4, **options) if cached else WeinceLoss(model, **options)
     args = SentenceTransformerTrainingArguments(
         str(tmp_path), per_device_train_batch_size=8, max_steps=2, batch_sampler=BatchSamplers.NO_DUPLICATES,
