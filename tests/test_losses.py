@@ -8,7 +8,7 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from train_helpers import flat_parameters
 
-from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
+from simcse_weince import CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.weince.loss import STATISTIC_KEYS
 
 
@@ -123,7 +123,11 @@ def test_config_dict_citation_and_docstring(fresh_minilm):
     config = loss.get_config_dict()
     assert config["temperature"] == 0.1 and config["gate"] == "rho" and config["beta"] == 2.0
     assert "2606.00262" in loss.citation
-    assert "Example" in WeinceLoss.__init__.__doc__ and "Inputs" in WeinceLoss.__init__.__doc__
+    # the docstring is the class's (the losses share ColumnsLoss.__init__, their one signature), its Inputs table
+    # filled in from the one copy every loss shares
+    for loss_class in (WeinceLoss, InfoNCELoss, CachedWeinceLoss):
+        assert "Example" in loss_class.__doc__ and "{inputs}" not in loss_class.__doc__
+        assert "| (anchor, positive, negative_1, ..., negative_n) | none   |" in loss_class.__doc__
     assert InfoNCELoss(fresh_minilm).get_config_dict() == {
         "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
         "directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": "in_batch_negatives",
