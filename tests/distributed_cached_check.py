@@ -25,11 +25,11 @@ from accelerate import Accelerator
 from sentence_transformers import SentenceTransformer
 
 from simcse_weince import CachedWeinceLoss, WeinceLoss
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 LOCAL_BATCH = 6

@@ -10,12 +10,12 @@ from sentence_transformers import SentenceTransformer
 from train_helpers import assert_grads_close
 
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.fast_path import TrainingForward
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward
-from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
 BATCH = 24
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points at this batch size

@@ -32,13 +32,13 @@ from train_helpers import (
 )
 
 from simcse_weince.cli import main
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.settings import load_config
 from simcse_weince.text.columns import read_table
 from simcse_weince.text.config import TrainConfig, preset
 from simcse_weince.text.data import PaddingCollator, load_training_data, tokenize
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))

@@ -272,10 +272,10 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
-    from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
     result = {}
     mixed_precision = "bf16" if (cpu_dry_run or torch.cuda.is_bf16_supported()) else "fp16"
@@ -343,13 +343,13 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
 def check_flop_utilisation(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.precision import resolve_mixed_precision
     from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
     from simcse_weince.text.fast_path import build_training_forward
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
     from simcse_weince.training.flops import PEAK_DTYPES, encoder_training_flops, matmul_peak_flops
-    from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 
     class NoAccelerator:  # forward_backward's one use of the accelerator
         @staticmethod

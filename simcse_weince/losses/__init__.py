@@ -5,8 +5,8 @@
 * :class:`CachedWeinceLoss`, :class:`CachedInfoNCELoss` (``cached_weince_loss.py``, ``cached_infonce_loss.py``): their
   GradCache versions (what they share: ``_cached.py``; what the plain ones share, their one signature included:
   ``_columns.py``).
-* :class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective` (``contrastive_objective.py``): the loss
-  both trainers optimise, on two views' embeddings (torch only).
+* :class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective` (``from_embeddings.py``, beside the one path
+  from embeddings to the loss): the loss both trainers optimise, on two views' embeddings (torch only).
 
 Each file is named after its class (in snake case, so that a submodule never shadows the class it exports).
 

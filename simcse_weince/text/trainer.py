@@ -2,7 +2,7 @@
 
 Unsupervised (one sentence a line): every sentence is encoded twice in one forward pass over the doubled batch;
 the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
-``simcse`` geometry, :class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`). Supervised (pairs or
+``simcse`` geometry, :class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`). Supervised (pairs or
 triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
 the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
 scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. The loop itself (run folder,
@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.encoder_checks import check_max_length
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig, resolve_eval_bf16, resolve_length_chunks
@@ -48,7 +49,6 @@ from simcse_weince.text.results import (
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.flops import encoder_dimensions, encoder_training_flops
 from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
-from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)

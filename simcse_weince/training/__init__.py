@@ -9,5 +9,5 @@
 ==========================  ==========================================================================
 
 The loss both trainers optimise sits with the other losses, on the path from embeddings to the loss:
-:class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`.
+:class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`.
 """

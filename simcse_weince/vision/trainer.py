@@ -1,7 +1,7 @@
 """SimCLR pretraining with WEINCE or InfoNCE (NT-Xent) on 🤗 Accelerate: the loop, top to bottom.
 
 Two augmented views per image, one forward pass over both views (they share BatchNorm statistics), the loss
-on the projections (:class:`~simcse_weince.losses.contrastive_objective.ContrastiveObjective`, ``simclr`` geometry:
+on the projections (:class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`, ``simclr`` geometry:
 gathered across processes with gradient, in float32), Adam. The run folder, atomic checkpoints, exact resume,
 ``metrics.csv`` / TensorBoard, Ctrl-C and the stop on a non-finite loss come from :mod:`simcse_weince.training`,
 shared with the text trainer. The last step is always checkpointed: ``simcse-weince vision eval`` reads it.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.safe_load import load_tensors
 from simcse_weince.settings import load_config
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
-from simcse_weince.losses.contrastive_objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS, CONFIG_FILE, TRAINER_STATE, latest_checkpoint, read_trainer_state
 from simcse_weince.vision.augment import TwoViews, simclr_augmentation
 from simcse_weince.vision.backbones import SimCLRModel
