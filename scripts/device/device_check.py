@@ -120,7 +120,7 @@ def check_core_topk(device: str) -> dict:
             a = anchors.clone().to(where).requires_grad_()
             c = candidates.clone().to(where).requires_grad_()
             loss, stats = weince_loss(
-                a, c, temperature=0.05, geometry=geometry, config=WeinceConfig(), return_stats=True
+                a, c, temperature=0.05, geometry=geometry, weince=WeinceConfig(), return_stats=True
             )
             loss.backward()
             outputs[where] = (loss.detach().cpu(), a.grad.cpu(), c.grad.cpu(), stats["mixing_weight"].cpu())
