@@ -12,11 +12,20 @@ import importlib
 from collections.abc import Callable
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable, Callable]:
-    """``(__getattr__, __dir__)`` for ``package``; ``exports`` maps each name to the submodule that defines it."""
+def lazy_exports(
+    package: str, exports: dict[str, str], renamed: dict[str, str] | None = None
+) -> tuple[Callable, Callable]:
+    """``(__getattr__, __dir__)`` for ``package``; ``exports`` maps each name to the submodule that defines it,
+    ``renamed`` an old exported name to its new one (it still works, with a ``FutureWarning``)."""
     namespace = importlib.import_module(package).__dict__
+    renamed = renamed or {}
 
     def __getattr__(name: str):
+        if name in renamed:
+            from simcse_weince.deprecation import warn_renamed
+
+            warn_renamed(name, renamed[name], package)
+            return __getattr__(renamed[name])
         if name in exports:
             value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
             # importing a submodule binds its name on the package; were a submodule named like an export, the

@@ -25,11 +25,11 @@ from accelerate import Accelerator
 from sentence_transformers import SentenceTransformer
 
 from simcse_weince import CachedWeinceLoss, WeinceLoss
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 LOCAL_BATCH = 6
@@ -53,7 +53,7 @@ def check_sentence_transformers_loss(accelerator, model_path, sentences) -> dict
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     reference = copy.deepcopy(model)
-    loss_fn = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=4, gather_across_devices=True)
+    loss_fn = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=4, gather_across_devices=True)
     ddp_model = accelerator.prepare(model)
     # what SentenceTransformerTrainer does: the loss calls the wrapped model
     loss_fn.model = loss_fn.loss.model = ddp_model
@@ -66,7 +66,7 @@ def check_sentence_transformers_loss(accelerator, model_path, sentences) -> dict
         reference.zero_grad(set_to_none=True)
         loss = loss_fn(local)
         loss.backward()
-        expected = WeinceLoss(reference, config=CONFIG)(everything)
+        expected = WeinceLoss(reference, weince=CONFIG)(everything)
         expected.backward()
         report[f"{num_columns}_columns"] = {
             "loss": loss.item(),

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import train
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 

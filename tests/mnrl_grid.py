@@ -107,13 +107,13 @@ def compare_grid(
             reference = CachedMultipleNegativesRankingLoss(model, **common)
             ours = [
                 CachedInfoNCELoss(model, scale=20.0, **common),
-                CachedWeinceLoss(model, scale=20.0, config=LAMBDA_ZERO, **common),
+                CachedWeinceLoss(model, scale=20.0, weince=LAMBDA_ZERO, **common),
             ]
         else:
             reference = MultipleNegativesRankingLoss(model, **common)
             ours = [
                 InfoNCELoss(model, scale=20.0, **common),
-                WeinceLoss(model, scale=20.0, config=LAMBDA_ZERO, **common),
+                WeinceLoss(model, scale=20.0, weince=LAMBDA_ZERO, **common),
             ]
         expected_loss, expected_grad = run(reference)
         scale = expected_grad.abs().max().item()
@@ -127,5 +127,5 @@ def compare_grid(
             numbers["grad_difference"] = max(
                 numbers["grad_difference"], (grad - expected_grad).abs().max().item() / scale
             )
-        numbers["lambda_max"] = max(numbers["lambda_max"], ours[1].last_diagnostics["lambda_mean"])
+        numbers["lambda_max"] = max(numbers["lambda_max"], ours[1].last_statistics["lambda_mean"])
     return numbers

@@ -11,7 +11,7 @@ from sentence_transformers.base.losses.gradcache import _create_minibatch
 from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS, weince_loss
+from simcse_weince.weince.loss import STATISTIC_KEYS, weince_loss
 
 BATCH = 10
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points even at batch 10
@@ -55,12 +55,12 @@ def _loss_and_grads(model, loss_fn, features, seed=0):
 def test_cached_weince_equals_weince_with_dropout_off(model, wiki_sentences, num_columns, mini_batch_size):
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, num_columns)
-    expected_loss, expected_grads = _loss_and_grads(model, WeinceLoss(model, config=CONFIG), features)
-    cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=mini_batch_size)
+    expected_loss, expected_grads = _loss_and_grads(model, WeinceLoss(model, weince=CONFIG), features)
+    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=mini_batch_size)
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
     assert_grads_close(grads, expected_grads)
-    assert set(cached.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+    assert set(cached.last_statistics) == set(STATISTIC_KEYS)
 
 
 @pytest.mark.parametrize("num_columns", [1, 2])
@@ -92,7 +92,7 @@ def test_dropout_is_replayed_and_gradients_match_chunked_reference(model, wiki_s
     gradients equal those of embedding the same chunks, in the same order and from the same seed, with grad."""
     assert any(m.p > 0 for m in model.modules() if isinstance(m, torch.nn.Dropout)), "dropout must be on"
     features = _columns(model, wiki_sentences, num_columns)
-    cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=mini_batch_size)
+    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=mini_batch_size)
     first_pass, second_pass = [], []
     sink = first_pass
     embed_minibatch = cached.embed_minibatch
@@ -127,7 +127,7 @@ def test_dropout_is_replayed_and_gradients_match_chunked_reference(model, wiki_s
                 chunk = _create_minibatch(column, begin, begin + mini_batch_size)  # same slicing as the loss
                 chunks.append(model(chunk)["sentence_embedding"])
             embeddings.append(torch.cat(chunks))
-        return WeinceLoss(model, config=CONFIG).compute_loss_from_embeddings(embeddings)
+        return WeinceLoss(model, weince=CONFIG).compute_loss_from_embeddings(embeddings)
 
     expected_loss, expected_grads = _loss_and_grads(model, reference, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
@@ -138,8 +138,8 @@ def test_evaluation_mode_returns_the_loss_without_gradients(model, wiki_sentence
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, 2)
     with torch.no_grad():
-        expected = WeinceLoss(model, config=CONFIG)([dict(f) for f in features])
-        loss = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=3)([dict(f) for f in features])
+        expected = WeinceLoss(model, weince=CONFIG)([dict(f) for f in features])
+        loss = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3)([dict(f) for f in features])
     assert not loss.requires_grad
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
@@ -147,8 +147,8 @@ def test_evaluation_mode_returns_the_loss_without_gradients(model, wiki_sentence
 def test_token_budget_mini_batches_give_the_same_loss(model, wiki_sentences):
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, 2)
-    expected_loss, expected_grads = _loss_and_grads(model, WeinceLoss(model, config=CONFIG), features)
-    cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_num_tokens=60)
+    expected_loss, expected_grads = _loss_and_grads(model, WeinceLoss(model, weince=CONFIG), features)
+    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_num_tokens=60)
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
     assert_grads_close(grads, expected_grads)
@@ -165,11 +165,11 @@ def test_options_are_checked_and_reported(model):
         CachedWeinceLoss(model, 0.05, CONFIG)  # options after temperature are keyword-only
     with pytest.raises(ValueError, match="at least one text column"):
         CachedWeinceLoss(model)([])
-    loss = CachedWeinceLoss(model, 0.1, config=CONFIG, mini_batch_size=7, gather_across_devices=True)
+    loss = CachedWeinceLoss(model, 0.1, weince=CONFIG, mini_batch_size=7, gather_across_devices=True)
     config = loss.get_config_dict()
     assert config["temperature"] == 0.1 and config["mini_batch_size"] == 7 and config["quantile"] == 0.3
     assert config["gather_across_devices"] is True and config["mini_batch_num_tokens"] is None
-    assert loss.last_diagnostics == {}
+    assert loss.last_statistics == {}
     assert "2101.06983" in loss.citation and "2606.00262" in loss.citation
     assert CachedInfoNCELoss(model).get_config_dict() == {
         "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
@@ -192,7 +192,7 @@ def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
 
     class Record(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            seen.append(loss.last_diagnostics)
+            seen.append(loss.last_statistics)
 
     before = flat_parameters(fresh_minilm)
     args = SentenceTransformerTrainingArguments(
@@ -207,7 +207,7 @@ def test_cached_weince_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
     assert not torch.equal(before, flat_parameters(fresh_minilm))
-    assert len(seen) == 3 and all(set(diagnostics) == set(DIAGNOSTIC_KEYS) for diagnostics in seen)
+    assert len(seen) == 3 and all(set(diagnostics) == set(STATISTIC_KEYS) for diagnostics in seen)
     assert all(0.0 <= diagnostics["lambda_mean"] <= 1.0 for diagnostics in seen)
 
 
@@ -218,11 +218,11 @@ def test_cached_weince_trains_with_legacy_fit_on_pairs(fresh_minilm, wiki_senten
     texts = wiki_sentences[200:232]
     examples = [InputExample(texts=[text, text.lower()]) for text in texts]
     loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
-    loss = CachedWeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0), mini_batch_size=6)
+    loss = CachedWeinceLoss(fresh_minilm, weince=WeinceConfig(beta=1.0), mini_batch_size=6)
     before = flat_parameters(fresh_minilm)
     fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
     assert not torch.equal(before, flat_parameters(fresh_minilm))
-    assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+    assert set(loss.last_statistics) == set(STATISTIC_KEYS)
 
 
 @pytest.mark.parametrize("num_columns", [1, 3])  # unsupervised SimCSE; triplets with a hard negative
@@ -231,16 +231,16 @@ def test_weince_hardness_in_the_sentence_transformers_losses(model, wiki_sentenc
     embeddings, its GradCache form gives the same loss and gradients, and bad strengths are refused up front."""
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, num_columns)
-    loss_fn = WeinceLoss(model, config=CONFIG, hardness_strength=9.0)
+    loss_fn = WeinceLoss(model, weince=CONFIG, hardness_strength=9.0)
     expected_loss, expected_grads = _loss_and_grads(model, loss_fn, features)
     with torch.no_grad():
         embeddings = [model(dict(f))["sentence_embedding"] for f in features]
     anchors, candidates = embeddings[0], torch.cat(embeddings[1:] if num_columns > 1 else embeddings)
-    core = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG, hardness_strength=9.0)
+    core = weince_loss(anchors, candidates, temperature=0.05, weince=CONFIG, hardness_strength=9.0)
     assert expected_loss.item() == pytest.approx(core.item(), rel=1e-5, abs=1e-6)
-    plain = weince_loss(anchors, candidates, temperature=0.05, config=CONFIG)
+    plain = weince_loss(anchors, candidates, temperature=0.05, weince=CONFIG)
     assert abs(core.item() - plain.item()) > 1e-3  # the term changes the loss on these embeddings
-    cached = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=3, hardness_strength=9.0)
+    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3, hardness_strength=9.0)
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
     assert_grads_close(grads, expected_grads)

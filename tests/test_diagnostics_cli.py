@@ -171,13 +171,13 @@ def test_lambda_statistics_over_training_from_dicts_and_csv(tmp_path):
 
 
 def test_lambda_statistics_plot_the_diagnostic_keys_of_the_losses():
-    """The plot's default panels are the statistics the losses report, named once in weince.DIAGNOSTIC_KEYS."""
-    from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
+    """The plot's default panels are the statistics the losses report, named once in weince.STATISTIC_KEYS."""
+    from simcse_weince.weince.loss import STATISTIC_KEYS
 
-    assert set(plots._LABELS) == set(DIAGNOSTIC_KEYS)  # every statistic has an axis label, and no other
-    rows = [{"step": step, **dict.fromkeys(DIAGNOSTIC_KEYS, 0.1 * step)} for step in range(3)]
+    assert set(plots._LABELS) == set(STATISTIC_KEYS)  # every statistic has an axis label, and no other
+    rows = [{"step": step, **dict.fromkeys(STATISTIC_KEYS, 0.1 * step)} for step in range(3)]
     figure = plots.plot_lambda_statistics(rows)
-    assert [axis.get_title() for axis in figure.axes if axis.get_visible()] == list(DIAGNOSTIC_KEYS)
+    assert [axis.get_title() for axis in figure.axes if axis.get_visible()] == list(STATISTIC_KEYS)
 
 
 # ------------------------------------------------------------------------------------------------- CLI

@@ -38,14 +38,14 @@ def _worker(rank, port, results):
         rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
         local_anchors = anchors[rows].clone().requires_grad_(True)
         local_positives = positives[rows].clone().requires_grad_(True)
-        loss_module = WeinceLoss(model=torch.nn.Identity(), gather_across_devices=True, config=WeinceConfig())
+        loss_module = WeinceLoss(model=torch.nn.Identity(), gather_across_devices=True, weince=WeinceConfig())
         loss = loss_module.compute_loss_from_embeddings([local_anchors, local_positives])
         loss.backward()
         results[rank] = (
             loss.item(),
             local_anchors.grad / WORLD_SIZE,
             local_positives.grad / WORLD_SIZE,
-            loss_module.last_diagnostics,
+            loss_module.last_statistics,
         )
     finally:
         dist.destroy_process_group()

@@ -73,8 +73,8 @@ def test_simclr_geometry_weighs_every_negative_and_never_the_positive():
 
 
 def test_the_trainer_takes_it_for_both_losses():
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.text.config import preset
-    from simcse_weince.training.objective import ContrastiveObjective
 
     anchors, positives = _embeddings(2)
     objective = ContrastiveObjective("infonce", 0.05, hardness_strength=9.0)

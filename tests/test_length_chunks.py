@@ -10,12 +10,12 @@ from sentence_transformers import SentenceTransformer
 from train_helpers import assert_grads_close
 
 from simcse_weince import CachedWeinceLoss, WeinceConfig, WeinceLoss
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset, resolve_length_chunks
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.fast_path import TrainingForward
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward
-from simcse_weince.training.objective import ContrastiveObjective
 
 BATCH = 24
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points at this batch size
@@ -156,8 +156,8 @@ def test_sentence_transformers_token_budget_gives_the_padded_loss_and_gradients(
         grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         return loss.item(), grads, inputs
 
-    expected_loss, expected_grads, padded_inputs = loss_and_grads(WeinceLoss(model, config=CONFIG))
-    loss, grads, budget_inputs = loss_and_grads(CachedWeinceLoss(model, config=CONFIG, mini_batch_num_tokens=96))
+    expected_loss, expected_grads, padded_inputs = loss_and_grads(WeinceLoss(model, weince=CONFIG))
+    loss, grads, budget_inputs = loss_and_grads(CachedWeinceLoss(model, weince=CONFIG, mini_batch_num_tokens=96))
     assert loss == pytest.approx(expected_loss, rel=1e-5)
     assert_grads_close(grads, expected_grads)
     # GradCache encodes every sentence twice (without and with a graph): compare one pass with the padded forward

@@ -8,8 +8,8 @@ from datasets import Dataset
 from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 from train_helpers import flat_parameters
 
-from simcse_weince import InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
+from simcse_weince import CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
+from simcse_weince.weince.loss import STATISTIC_KEYS
 
 
 def _features(model, texts):
@@ -25,7 +25,7 @@ def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
 
     class Record(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            seen.append(loss.last_diagnostics)
+            seen.append(loss.last_statistics)
 
     before = flat_parameters(fresh_minilm)
     args = SentenceTransformerTrainingArguments(
@@ -50,7 +50,7 @@ def test_single_column_trains_in_sentence_transformer_trainer(fresh_minilm, wiki
     assert not torch.equal(before, flat_parameters(fresh_minilm))
     assert len(seen) == 3
     for diagnostics in seen:
-        assert set(diagnostics) == set(DIAGNOSTIC_KEYS)
+        assert set(diagnostics) == set(STATISTIC_KEYS)
         assert 0.0 <= diagnostics["lambda_mean"] <= 1.0
         assert 0.0 <= diagnostics["lambda_above_half"] <= 1.0
         assert 0.0 < diagnostics["rho0"] <= 2.0
@@ -62,11 +62,11 @@ def test_legacy_fit_with_single_sentences(fresh_minilm, wiki_sentences):
 
     examples = [InputExample(texts=[text]) for text in wiki_sentences[100:132]]
     loader = DataLoader(examples, batch_size=16, shuffle=False, drop_last=True)
-    loss = WeinceLoss(fresh_minilm, config=WeinceConfig(beta=1.0))
+    loss = WeinceLoss(fresh_minilm, weince=WeinceConfig(beta=1.0))
     before = flat_parameters(fresh_minilm)
     fresh_minilm.fit(train_objectives=[(loader, loss)], epochs=1, show_progress_bar=False)
     assert not torch.equal(before, flat_parameters(fresh_minilm))
-    assert set(loss.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+    assert set(loss.last_statistics) == set(STATISTIC_KEYS)
 
 
 def test_dropout_positives_differ_but_pairs_are_the_same_text(fresh_minilm, wiki_sentences):
@@ -114,16 +114,20 @@ def test_infonce_can_track_what_weince_would_do(fresh_minilm, wiki_sentences):
     tracked = InfoNCELoss(fresh_minilm, track_statistics=True)
     with torch.no_grad():
         assert abs(plain([features, features]).item() - tracked([features, features]).item()) < 1e-6
-    assert plain.last_diagnostics == {}
-    assert set(tracked.last_diagnostics) == set(DIAGNOSTIC_KEYS)
+    assert plain.last_statistics == {}
+    assert set(tracked.last_statistics) == set(STATISTIC_KEYS)
 
 
 def test_config_dict_citation_and_docstring(fresh_minilm):
-    loss = WeinceLoss(fresh_minilm, temperature=0.1, config=WeinceConfig(gate="rho", beta=2.0))
+    loss = WeinceLoss(fresh_minilm, temperature=0.1, weince=WeinceConfig(gate="rho", beta=2.0))
     config = loss.get_config_dict()
     assert config["temperature"] == 0.1 and config["gate"] == "rho" and config["beta"] == 2.0
     assert "2606.00262" in loss.citation
-    assert "Example" in WeinceLoss.__init__.__doc__ and "Inputs" in WeinceLoss.__init__.__doc__
+    # the docstring is the class's (the losses share ColumnsLoss.__init__, their one signature), its Inputs table
+    # filled in from the one copy every loss shares
+    for loss_class in (WeinceLoss, InfoNCELoss, CachedWeinceLoss):
+        assert "Example" in loss_class.__doc__ and "{inputs}" not in loss_class.__doc__
+        assert "| (anchor, positive, negative_1, ..., negative_n) | none   |" in loss_class.__doc__
     assert InfoNCELoss(fresh_minilm).get_config_dict() == {
         "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
         "directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": "in_batch_negatives",
@@ -140,10 +144,10 @@ def test_options_after_temperature_are_keyword_only():
             loss_class(model, 0.05, WeinceConfig())
         with pytest.raises(TypeError):
             loss_class(model, 0.05, None, True)
-    loss = WeinceLoss(model, 0.05, config=WeinceConfig(beta=2.0), gather_across_devices=True)
-    assert loss.config.beta == 2.0 and loss.gather_across_devices is True
-    baseline = InfoNCELoss(model, 0.1, config=WeinceConfig(beta=2.0), gather_across_devices=True, track_statistics=True)
-    assert (baseline.temperature, baseline.config.beta, baseline.gather_across_devices) == (0.1, 2.0, True)
+    loss = WeinceLoss(model, 0.05, weince=WeinceConfig(beta=2.0), gather_across_devices=True)
+    assert loss.weince.beta == 2.0 and loss.gather_across_devices is True
+    baseline = InfoNCELoss(model, 0.1, weince=WeinceConfig(beta=2.0), gather_across_devices=True, track_statistics=True)
+    assert (baseline.temperature, baseline.weince.beta, baseline.gather_across_devices) == (0.1, 2.0, True)
 
 
 def test_infonce_is_its_own_loss_not_a_weince_loss():
@@ -168,7 +172,7 @@ def test_bad_arguments(fresh_minilm):
     with pytest.raises(ValueError, match="temperature"):
         WeinceLoss(fresh_minilm, temperature=0)
     with pytest.raises(TypeError, match="WeinceConfig"):
-        WeinceLoss(fresh_minilm, config={"gate": "both"})
+        WeinceLoss(fresh_minilm, weince={"gate": "both"})
     loss = WeinceLoss(fresh_minilm)
     with pytest.raises(ValueError, match="at least 2 anchors"):
         loss([_features(fresh_minilm, ["only one sentence"])], None)

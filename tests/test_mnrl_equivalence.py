@@ -254,7 +254,7 @@ def test_weince_on_directions_is_the_documented_loss(directions, partition_mode)
                                                 partition_mode, config)  # fmt: skip
     expected_grads = torch.autograd.grad(expected, (queries, documents))
     loss, stats = directions_loss(queries, documents, directions=directions, partition_mode=partition_mode,
-                                  temperature=0.05, config=config, return_stats=True)  # fmt: skip
+                                  temperature=0.05, weince=config, return_stats=True)  # fmt: skip
     grads = torch.autograd.grad(loss, (queries, documents))
     assert 0.05 < float(stats["mixing_weight"].mean()) < 0.95  # WEINCE's blend is really exercised
     torch.testing.assert_close(stats["mixing_weight"], expected_lambda, rtol=1e-9, atol=1e-12)

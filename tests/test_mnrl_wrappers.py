@@ -74,13 +74,13 @@ def test_matryoshka_around_plain_and_cached_weince(model, wiki_sentences):
     def matryoshka(inner):
         return MatryoshkaLoss(model, inner, matryoshka_dims=[32, 16, 8])
 
-    plain = _run(model, matryoshka(WeinceLoss(model, config=config, **SYMMETRIC)), columns)
-    cached = _run(model, matryoshka(CachedWeinceLoss(model, config=config, mini_batch_size=4, **SYMMETRIC)), columns)
+    plain = _run(model, matryoshka(WeinceLoss(model, weince=config, **SYMMETRIC)), columns)
+    cached = _run(model, matryoshka(CachedWeinceLoss(model, weince=config, mini_batch_size=4, **SYMMETRIC)), columns)
     _assert_same(cached, plain)
     reference = _run(model, matryoshka(MultipleNegativesRankingLoss(model, **SYMMETRIC)), columns)
     assert plain[0].item() != pytest.approx(reference[0].item(), rel=1e-4)  # λ > 0 here: WEINCE is not MNRL
     for ours in (
-        WeinceLoss(model, config=LAMBDA_ZERO, **SYMMETRIC),
+        WeinceLoss(model, weince=LAMBDA_ZERO, **SYMMETRIC),
         CachedInfoNCELoss(model, mini_batch_size=4, **SYMMETRIC),
     ):
         _assert_same(_run(model, matryoshka(ours), columns), reference)
@@ -100,7 +100,7 @@ def test_adaptive_layer_and_matryoshka_2d_around_our_losses(model, wiki_sentence
 
     hardness = {"hardness_mode": "all_negatives", "hardness_strength": 5.0}
     reference = _run(model, wrap(MultipleNegativesRankingLoss(model, **hardness)), columns)
-    for ours in (InfoNCELoss(model, **hardness), WeinceLoss(model, config=LAMBDA_ZERO, **hardness)):
+    for ours in (InfoNCELoss(model, **hardness), WeinceLoss(model, weince=LAMBDA_ZERO, **hardness)):
         _assert_same(_run(model, wrap(ours), columns), reference)
 
     def warnings_of(inner) -> list[str]:
@@ -119,7 +119,7 @@ def test_no_duplicates_batch_sampler_trains_weince(model, wiki_sentences, tmp_pa
     SentenceTransformerTrainer, on pairs with repeated anchors: training runs and moves the encoder."""
     anchors = [wiki_sentences[i % 12] for i in range(24)]  # every anchor twice: the sampler must separate them
     dataset = Dataset.from_dict({"anchor": anchors, "positive": wiki_sentences[100:124]})
-    options = {"directions": ("query_to_doc", "doc_to_query"), "config": WeinceConfig(quantile=0.3)}
+    options = {"directions": ("query_to_doc", "doc_to_query"), "weince": WeinceConfig(quantile=0.3)}
     loss = CachedWeinceLoss(model, mini_batch_size=4, **options) if cached else WeinceLoss(model, **options)
     args = SentenceTransformerTrainingArguments(
         str(tmp_path), per_device_train_batch_size=8, max_steps=2, batch_sampler=BatchSamplers.NO_DUPLICATES,
@@ -131,7 +131,7 @@ def test_no_duplicates_batch_sampler_trains_weince(model, wiki_sentences, tmp_pa
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
     assert not torch.equal(before, flat_parameters(model))
-    assert 0.0 <= loss.last_diagnostics["lambda_mean"] <= 1.0
+    assert 0.0 <= loss.last_statistics["lambda_mean"] <= 1.0
 
 
 def test_flattened_inputs_where_the_model_offers_them(model, wiki_sentences):
@@ -140,5 +140,5 @@ def test_flattened_inputs_where_the_model_offers_them(model, wiki_sentences):
     if not getattr(model[0], "can_flatten_inputs", False):
         pytest.skip("this model cannot take flattened inputs here (sentence-transformers needs flash attention)")
     columns = _columns(wiki_sentences, 2)
-    _assert_same(_run(model, WeinceLoss(model, config=LAMBDA_ZERO), columns),
+    _assert_same(_run(model, WeinceLoss(model, weince=LAMBDA_ZERO), columns),
                  _run(model, MultipleNegativesRankingLoss(model), columns))  # fmt: skip

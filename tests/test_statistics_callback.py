@@ -10,11 +10,11 @@ import torch
 from train_helpers import make_tiny_model
 
 from simcse_weince import CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss, WeinceStatisticsCallback
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
+from simcse_weince.weince.loss import STATISTIC_KEYS
 
 BATCH = 8
 CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points at batch 8
-KEYS = [f"weince_{key}" for key in DIAGNOSTIC_KEYS]
+KEYS = [f"weince_{key}" for key in STATISTIC_KEYS]
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def tiny_model(tmp_path_factory, one_thread):
 
 def _train(model, loss, dataset, tmp_path, *, attach, logging_steps=1, accumulation=1, report_to="none"):
     """Train a few steps; return the trainer, the log entries with a training loss, and every micro-batch's
-    statistics as the loss reports them (``last_diagnostics``), grouped by the log they belong to."""
+    statistics as the loss reports them (``last_statistics``), grouped by the log they belong to."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from transformers import TrainerCallback
 
@@ -35,10 +35,10 @@ def _train(model, loss, dataset, tmp_path, *, attach, logging_steps=1, accumulat
 
     class RecordEveryMicroBatch(TrainerCallback):
         def on_substep_end(self, args, state, control, **kwargs):
-            pending.append(loss.last_diagnostics)
+            pending.append(loss.last_statistics)
 
         def on_step_end(self, args, state, control, **kwargs):
-            pending.append(loss.last_diagnostics)
+            pending.append(loss.last_statistics)
             if state.global_step % logging_steps == 0:
                 per_log.append(list(pending))
                 pending.clear()
@@ -66,14 +66,14 @@ def test_log_history_holds_the_mean_of_the_steps_since_the_last_log(
 
     model = copy.deepcopy(tiny_model)
     dataset = Dataset.from_dict({"anchor": wiki_sentences[:32], "positive": wiki_sentences[32:64]})
-    loss = WeinceLoss(model, config=CONFIG)
+    loss = WeinceLoss(model, weince=CONFIG)
     _, logged, per_log = _train(model, loss, dataset, tmp_path, attach=True, logging_steps=logging_steps,
                                 accumulation=accumulation)  # fmt: skip
     # 32 pairs, batch 8: 4 micro-batches; every log averages logging_steps x accumulation of them
     assert len(logged) == 4 // (logging_steps * accumulation) == len(per_log)
     for entry, micro_batches in zip(logged, per_log):
         assert len(micro_batches) == logging_steps * accumulation
-        for key in DIAGNOSTIC_KEYS:
+        for key in STATISTIC_KEYS:
             expected = sum(statistics[key] for statistics in micro_batches) / len(micro_batches)
             assert entry[f"weince_{key}"] == pytest.approx(expected, rel=1e-6, abs=1e-9), key
     assert len({entry["weince_lambda_mean"] for entry in logged}) == len(logged)  # each log its own steps
@@ -86,7 +86,7 @@ def test_the_loss_and_training_are_unchanged_by_the_callback(tiny_model, wiki_se
     runs = []
     for attach in (False, True):
         model = copy.deepcopy(tiny_model)
-        _, logged, _ = _train(model, WeinceLoss(model, config=CONFIG), dataset, tmp_path / str(attach), attach=attach)
+        _, logged, _ = _train(model, WeinceLoss(model, weince=CONFIG), dataset, tmp_path / str(attach), attach=attach)
         runs.append((logged, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (plain_logs, plain_weights), (logged, weights) = runs
     assert [entry["loss"] for entry in logged] == [entry["loss"] for entry in plain_logs]
@@ -103,7 +103,7 @@ def test_tensorboard_receives_the_statistics_of_a_cached_loss(tiny_model, wiki_s
 
     model = copy.deepcopy(tiny_model)
     dataset = Dataset.from_dict({"anchor": wiki_sentences[:24], "positive": wiki_sentences[24:48]})
-    loss = CachedWeinceLoss(model, config=CONFIG, mini_batch_size=3)  # statistics live in the wrapped WeinceLoss
+    loss = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3)  # statistics live in the wrapped WeinceLoss
     trainer, logged, per_log = _train(model, loss, dataset, tmp_path, attach=True, report_to="tensorboard")
     assert len(logged) == 3
     events = EventAccumulator(str(tmp_path / "runs")).Reload()

@@ -32,13 +32,13 @@ from train_helpers import (
 )
 
 from simcse_weince.cli import main
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.settings import load_config
 from simcse_weince.text.columns import read_table
 from simcse_weince.text.config import TrainConfig, preset
 from simcse_weince.text.data import PaddingCollator, load_training_data, tokenize
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))
@@ -137,7 +137,7 @@ def test_the_reference_sees_the_correction(minilm_path, sick):
     batch, columns = _batch(model, sick["triplets"])
     with torch.no_grad():
         views = model(**batch).chunk(3)
-        _, stats = weince_loss(views[0], torch.cat(views[1:]), temperature=0.05, config=CONFIG, return_stats=True)
+        _, stats = weince_loss(views[0], torch.cat(views[1:]), temperature=0.05, weince=CONFIG, return_stats=True)
     assert stats["mixing_weight"].max() > 0.3
 
 

@@ -12,6 +12,7 @@ import yaml
 from train_helpers import folder_score, make_tiny_model, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.settings import apply_overrides, read_config_file
 from simcse_weince.text.config import TrainConfig, preset, resolve_length_chunks
 from simcse_weince.text.data import load_sentences
@@ -19,7 +20,6 @@ from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.results import format_summary
 from simcse_weince.text.trainer import train
 from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.timing import TIME_PARTS
 
 
@@ -210,7 +210,7 @@ def test_objective_is_the_core_loss_on_two_views():
     torch.manual_seed(0)
     first, second = torch.randn(24, 16), torch.randn(24, 16)
     loss, stats = ContrastiveObjective("weince", 0.05, weince=WeinceConfig(quantile=0.3))(first, second)
-    expected, full = weince_loss(first, second, temperature=0.05, config=WeinceConfig(quantile=0.3), return_stats=True)
+    expected, full = weince_loss(first, second, temperature=0.05, weince=WeinceConfig(quantile=0.3), return_stats=True)
     assert torch.equal(loss, expected)
     assert stats["lambda_mean"] == full["mixing_weight"].mean()
     assert stats["lambda_above_half"] == (full["mixing_weight"] > 0.5).float().mean()
@@ -421,8 +421,8 @@ def test_views_differ_by_dropout_in_train_mode_only(tiny_model):
 
 def _fixed_batch_loss(model_path: str, sentences: list[str]) -> float:
     """The WEINCE loss of one batch in train mode, averaged over five fixed sets of dropout masks (seeds 0-4)."""
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.training.objective import ContrastiveObjective
 
     model = SimCSEModel.from_pretrained(model_path, pooler="avg", max_seq_length=32, dropout=0.1).train()
     batch = model.tokenizer(sentences, padding=True, truncation=True, max_length=32, return_tensors="pt")

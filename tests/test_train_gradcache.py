@@ -8,11 +8,11 @@ import pytest
 import torch
 from train_helpers import assert_grads_close, make_tiny_model, write_train_file
 
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.weince.loss import WeinceConfig
 
 BATCH = 16

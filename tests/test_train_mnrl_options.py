@@ -15,10 +15,10 @@ from train_helpers import make_tiny_model
 from simcse_weince.cli import main
 from simcse_weince.compare.cells import cell_configs, load_variants
 from simcse_weince.hub import render_model_card
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.cells import TEXT_VARIANTS
 from simcse_weince.text.config import preset
 from simcse_weince.text.results import not_applied_settings
-from simcse_weince.training.objective import ContrastiveObjective
 
 OPTIONS = ("directions", "partition_mode", "hardness_mode")
 

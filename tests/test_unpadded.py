@@ -8,6 +8,7 @@ import pytest
 import torch
 from train_helpers import assert_grads_close
 
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import SpeedConfig
 from simcse_weince.text.data import PaddingCollator
 from simcse_weince.text.fast_path import TrainingForward, build_training_forward
@@ -15,7 +16,6 @@ from simcse_weince.text.fast_path.onednn_linear import onednn_linear_available
 from simcse_weince.text.fast_path.unpadded import supports_unpadded, unpadded_bert_forward
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward
-from simcse_weince.training.objective import ContrastiveObjective
 
 #: the oneDNN cases run where this torch has the op; elsewhere they repeat torch's own linear layers
 ONEDNN = onednn_linear_available()

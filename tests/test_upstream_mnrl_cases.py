@@ -64,9 +64,9 @@ def _ours(kind: str, cached: bool, model, **options):
     if kind == "infonce":
         return CachedInfoNCELoss(model, **options) if cached else InfoNCELoss(model, **options)
     return (
-        CachedWeinceLoss(model, config=LAMBDA_ZERO, **options)
+        CachedWeinceLoss(model, weince=LAMBDA_ZERO, **options)
         if cached
-        else WeinceLoss(model, config=LAMBDA_ZERO, **options)
+        else WeinceLoss(model, weince=LAMBDA_ZERO, **options)
     )
 
 

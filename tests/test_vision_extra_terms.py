@@ -62,11 +62,11 @@ def test_beta_ema_update_rule_and_state():
     z1, z2 = torch.randn(16, 8, generator=generator), torch.randn(16, 8, generator=generator)
     extra = TopMExtraTerms(ExtraTermsConfig(min_r2=0.0)).train()  # accept any batch slope
     extra(z1, z2, temperature=0.5)
-    slope = extra.last_diagnostics["batch_slope"]
+    slope = extra.last_statistics["batch_slope"]
     assert extra.beta.item() == pytest.approx(0.9 * 4.0 + 0.1 * min(max(slope, 0.5), 16.0))
     strict = TopMExtraTerms(ExtraTermsConfig(min_r2=1.01)).train()  # never accepted: beta_t stays
     strict(z1, z2, temperature=0.5)
-    assert strict.beta.item() == 4.0 and strict.last_diagnostics["slope_accepted"] == 0.0
+    assert strict.beta.item() == 4.0 and strict.last_statistics["slope_accepted"] == 0.0
     restored = TopMExtraTerms()
     restored.load_state_dict(extra.state_dict())
     assert restored.beta.item() == extra.beta.item()

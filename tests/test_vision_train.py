@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("torchvision")
 
 from simcse_weince import WeinceConfig
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.training.runs import list_checkpoints, read_trainer_state
 from simcse_weince.vision.config import VisionTrainConfig
 from simcse_weince.vision.trainer import load_pretrained, train
@@ -143,8 +143,8 @@ def test_objective_matches_the_core_losses():
     from simcse_weince import infonce_loss, weince_loss
 
     config = WeinceConfig(beta=1.0)
-    loss, logs = ContrastiveObjective("weince", 0.5, weince=config, geometry="simclr")(z1, z2, diagnostics=True)
-    expected, stats = weince_loss(z1, z2, temperature=0.5, config=config, geometry="simclr", return_stats=True)
+    loss, logs = ContrastiveObjective("weince", 0.5, weince=config, geometry="simclr")(z1, z2, statistics=True)
+    expected, stats = weince_loss(z1, z2, temperature=0.5, weince=config, geometry="simclr", return_stats=True)
     assert loss.item() == pytest.approx(expected.item()) and float(logs["lambda_mean"]) == pytest.approx(
         stats["mixing_weight"].mean().item()
     )

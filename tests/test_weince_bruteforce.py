@@ -77,13 +77,13 @@ CASES = [
 def test_core_equals_the_reference(case):
     kind, n, d, extra, seed, temperature, config = case
     anchors, candidates = _case(kind, n, d, extra, seed)
-    _compare(anchors, candidates, temperature=temperature, config=config)
+    _compare(anchors, candidates, temperature=temperature, weince=config)
 
 
 @pytest.mark.parametrize("kind", ["random", "clustered"])
 def test_core_equals_the_reference_in_the_simclr_geometry(kind):
     anchors, candidates = _case(kind, 40, 16, 0, seed=20)
-    expected = _compare(anchors, candidates, temperature=0.1, config=WeinceConfig(), geometry="simclr")
+    expected = _compare(anchors, candidates, temperature=0.1, weince=WeinceConfig(), geometry="simclr")
     assert expected["logits"].shape == (80, 79)
 
 
@@ -94,7 +94,7 @@ OPTIONS = {
     "hardness in-batch": dict(hardness_strength=5.0),
     "hardness hard negatives": dict(hardness_strength=5.0, hardness_mode="hard_negatives"),
     "hardness all negatives": dict(hardness_strength=5.0, hardness_mode="all_negatives"),
-    "hardness beta 1 gate rho": dict(hardness_strength=2.0, config=WeinceConfig(beta=1.0, gate="rho")),
+    "hardness beta 1 gate rho": dict(hardness_strength=2.0, weince=WeinceConfig(beta=1.0, gate="rho")),
 }
 
 
@@ -150,6 +150,6 @@ def test_the_cases_exercise_the_correction():
     strong = 0
     for kind, n, d, extra, seed, temperature, config in CASES:
         anchors, candidates = _case(kind, n, d, extra, seed)
-        _, expected = reference_weince_loss(anchors, candidates, temperature=temperature, config=config)
+        _, expected = reference_weince_loss(anchors, candidates, temperature=temperature, weince=config)
         strong += bool(expected["mixing_weight"].max() > 0.5 and expected["beta"].std() > 0.1)
     assert strong >= 6

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcse_weince import WeinceConfig, infonce_loss, mixing_weights, tail_statistics, weince_logits, weince_loss
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
+from simcse_weince.weince.loss import STATISTIC_KEYS, TailStatistics, cosine_similarity_matrix, summarize_statistics
 
 
 def _views(n=16, d=24, m=0, seed=0, dtype=torch.float64):
@@ -87,7 +87,7 @@ def test_gradient_matches_finite_differences(geometry):
         anchors.detach().clone(),
         candidates.detach().clone(),
         temperature=0.2,
-        config=config,
+        weince=config,
         geometry=geometry,
         return_stats=True,
     )
@@ -95,7 +95,7 @@ def test_gradient_matches_finite_differences(geometry):
     assert frozen_weight.max() > 0.05  # the shortfall term is really exercised
 
     def loss_fn(a, c):
-        return weince_loss(a, c, temperature=0.2, config=config, geometry=geometry, mixing_weight=frozen_weight)
+        return weince_loss(a, c, temperature=0.2, weince=config, geometry=geometry, mixing_weight=frozen_weight)
 
     assert torch.autograd.gradcheck(loss_fn, (anchors, candidates), eps=1e-6, atol=1e-6)
 
@@ -161,7 +161,7 @@ def test_beta_modes():
     anchors, candidates = _views(64, 16)
     _, estimated = weince_loss(anchors, candidates, temperature=0.05, return_stats=True)
     assert torch.equal(estimated["beta"], estimated["beta_hat"].clamp(0.5, 16.0))
-    _, fixed = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(beta=2.5), return_stats=True)
+    _, fixed = weince_loss(anchors, candidates, temperature=0.05, weince=WeinceConfig(beta=2.5), return_stats=True)
     assert torch.all(fixed["beta"] == 2.5)
     assert WeinceConfig.reference().beta == 1.0
 
@@ -170,7 +170,7 @@ def test_gates():
     anchors, candidates = _views(64, 16)
     weights = {}
     for gate in ("both", "rho", "aic"):
-        _, stats = weince_loss(anchors, candidates, temperature=0.05, config=WeinceConfig(gate=gate), return_stats=True)
+        _, stats = weince_loss(anchors, candidates, temperature=0.05, weince=WeinceConfig(gate=gate), return_stats=True)
         weights[gate] = stats["mixing_weight"]
     torch.testing.assert_close(weights["both"], weights["rho"] * weights["aic"])
 
@@ -245,7 +245,7 @@ def test_summarize_statistics_by_hand():
         "beta": torch.tensor([0.5, 1.0, 2.0, 5.0]),  # the clamped exponent is not what is summarised
     }
     summary = summarize_statistics(stats)
-    assert list(summary) == list(DIAGNOSTIC_KEYS)
+    assert list(summary) == list(STATISTIC_KEYS)
     expected = {
         "lambda_mean": 0.525,
         "lambda_above_half": 0.5,
@@ -388,7 +388,7 @@ def test_loss_and_gradients_stay_finite(batch):
     anchors.requires_grad_(True)
     candidates.requires_grad_(True)
     loss, stats = weince_loss(
-        anchors, candidates, temperature=0.05, config=config, geometry=geometry, return_stats=True
+        anchors, candidates, temperature=0.05, weince=config, geometry=geometry, return_stats=True
     )
     loss.backward()
     assert loss.dtype in (torch.float32, torch.float64)
@@ -473,7 +473,7 @@ def test_bad_config_is_rejected_clearly(kwargs, message):
 
 def test_config_must_be_a_weince_config():
     with pytest.raises(TypeError, match="WeinceConfig"):
-        weince_loss(torch.randn(4, 8), torch.randn(4, 8), temperature=0.05, config={"quantile": 0.2})
+        weince_loss(torch.randn(4, 8), torch.randn(4, 8), temperature=0.05, weince={"quantile": 0.2})
 
 
 @pytest.mark.parametrize("loss_fn", [weince_loss, infonce_loss])

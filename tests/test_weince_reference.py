@@ -37,7 +37,7 @@ def _run(case, dtype):
     config = WeinceConfig.reference(
         quantile=case["q"], aic_margin=case["margin"], kappa_rho=case["kr"], kappa_aic=case["ka"]
     )
-    loss, stats = weince_loss(z_i, z_j, temperature=case["tau"], config=config, geometry="simclr", return_stats=True)
+    loss, stats = weince_loss(z_i, z_j, temperature=case["tau"], weince=config, geometry="simclr", return_stats=True)
     loss.backward()
     return loss, stats, z_i.grad, z_j.grad
 

@@ -35,11 +35,11 @@ def main() -> None:
 
     import torch
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.paths import resolve_data_dir
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.fast_path import TrainingForward
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.training.objective import ContrastiveObjective
 
     torch.manual_seed(0)
     lines = (resolve_data_dir(None) / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()

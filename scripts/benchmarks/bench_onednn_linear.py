@@ -60,11 +60,11 @@ def forward_backward_pairs(pairs: int, data_dir) -> tuple[list[float], list[floa
     import torch
     from accelerate import Accelerator
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.fast_path import TrainingForward
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
-    from simcse_weince.training.objective import ContrastiveObjective
 
     model = SimCSEModel.from_pretrained("bundled:all-MiniLM-L6-v2", pooler="avg").train()
     lines = [line.strip() for line in (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()]

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from simcse_weince.training.objective import ContrastiveObjective
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.vision.backbones import SimCLRModel
 
 

@@ -109,13 +109,13 @@ def main(argv=None) -> None:
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.paths import resolve_data_dir
     from simcse_weince.precision import native_bf16
     from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.fast_path import build_training_forward
     from simcse_weince.text.model import SimCSEModel
-    from simcse_weince.training.objective import ContrastiveObjective
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -120,7 +120,7 @@ def check_core_topk(device: str) -> dict:
             a = anchors.clone().to(where).requires_grad_()
             c = candidates.clone().to(where).requires_grad_()
             loss, stats = weince_loss(
-                a, c, temperature=0.05, geometry=geometry, config=WeinceConfig(), return_stats=True
+                a, c, temperature=0.05, geometry=geometry, weince=WeinceConfig(), return_stats=True
             )
             loss.backward()
             outputs[where] = (loss.detach().cpu(), a.grad.cpu(), c.grad.cpu(), stats["mixing_weight"].cpu())
@@ -272,10 +272,10 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from accelerate import Accelerator
 
     from simcse_weince.compat import reset_accelerate_state
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.text.data import PaddingCollator
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
-    from simcse_weince.training.objective import ContrastiveObjective
 
     result = {}
     mixed_precision = "bf16" if (cpu_dry_run or torch.cuda.is_bf16_supported()) else "fp16"
@@ -342,13 +342,13 @@ def check_trainer_step(device: str, folder: Path, cpu_dry_run: bool) -> dict:
 def check_flop_utilisation(device: str, folder: Path, cpu_dry_run: bool) -> dict:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
+    from simcse_weince.losses.from_embeddings import ContrastiveObjective
     from simcse_weince.precision import resolve_mixed_precision
     from simcse_weince.text.config import SpeedConfig, resolve_length_chunks
     from simcse_weince.text.fast_path import build_training_forward
     from simcse_weince.text.model import SimCSEModel
     from simcse_weince.text.trainer import forward_backward
     from simcse_weince.training.flops import PEAK_DTYPES, encoder_training_flops, matmul_peak_flops
-    from simcse_weince.training.objective import ContrastiveObjective
 
     class NoAccelerator:  # forward_backward's one use of the accelerator
         @staticmethod

@@ -40,15 +40,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    config = WeinceConfig()
+    weince = WeinceConfig()
     print(f"{args.negatives} negatives per anchor, {args.rows} anchors per distribution, AIC margin m = "
-          f"{config.aic_margin}\n")  # fmt: skip
+          f"{weince.aic_margin}\n")  # fmt: skip
     print("| negatives drawn from | domain | mean ΔAIC | AIC gate open (ΔAIC > m) | mean β̂ |")
     print("|---|---|---:|---:|---:|")
     for name, (domain, similarities) in distributions(args.rows, args.negatives).items():
-        stats = tail_statistics(similarities.clamp(max=1.0).double(), config, num_negatives=args.negatives)
+        stats = tail_statistics(similarities.clamp(max=1.0).double(), weince, num_negatives=args.negatives)
         delta_aic = stats.delta_aic
-        open_share = (delta_aic > config.aic_margin).double().mean().item()
+        open_share = (delta_aic > weince.aic_margin).double().mean().item()
         print(f"| {name} | {domain} | {delta_aic.mean().item():.1f} | {100 * open_share:.1f}% | "
               f"{stats.beta_hat.mean().item():.2f} |")  # fmt: skip
 

@@ -47,14 +47,14 @@ def training_embeddings(model: SimCSEModel, sentences: list[str], chunk: int = 6
     return torch.cat(first), torch.cat(second)
 
 
-def batch_statistics(first: torch.Tensor, second: torch.Tensor, batch_size: int, config: WeinceConfig) -> dict:
+def batch_statistics(first: torch.Tensor, second: torch.Tensor, batch_size: int, weince: WeinceConfig) -> dict:
     """WEINCE's per-anchor statistics over every full batch of ``batch_size`` rows, pooled over anchors."""
     keys = ("delta_aic", "beta_hat", "mixing_weight", "rho")
     pooled: dict[str, list] = {key: [] for key in keys}
     rho0, losses, infonce = [], [], []
     for start in range(0, len(first) - batch_size + 1, batch_size):
         anchors, candidates = first[start : start + batch_size], second[start : start + batch_size]
-        loss, stats = weince_loss(anchors, candidates, temperature=0.05, config=config, return_stats=True)
+        loss, stats = weince_loss(anchors, candidates, temperature=0.05, weince=weince, return_stats=True)
         for key in keys:
             pooled[key].append(stats[key])
         rho0.append(float(stats["rho0"]))
@@ -64,10 +64,10 @@ def batch_statistics(first: torch.Tensor, second: torch.Tensor, batch_size: int,
     return {
         "batch_size": batch_size,
         "negatives_per_anchor": batch_size - 1,
-        "tail_size_k": _tail_size(batch_size - 1, config),
+        "tail_size_k": _tail_size(batch_size - 1, weince),
         "batches": len(losses),
         "anchors": int(values["rho"].numel()),
-        "aic_gate_open_share": float((values["delta_aic"] > config.aic_margin).double().mean()),
+        "aic_gate_open_share": float((values["delta_aic"] > weince.aic_margin).double().mean()),
         "delta_aic_mean": float(values["delta_aic"].mean()),
         "beta_hat_mean": float(values["beta_hat"].mean()),
         "beta_hat_median": float(values["beta_hat"].median()),

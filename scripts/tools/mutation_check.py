@@ -45,7 +45,8 @@ CORE, TRAIN, LOOP = "simcse_weince/weince/loss.py", "simcse_weince/text/trainer.
 ENCODERS = "simcse_weince/evaluation/encoders.py"
 TAIL, SPEEDUPS = "simcse_weince/weince/tail.py", "simcse_weince/weince/speedups.py"
 COLUMNS = "simcse_weince/losses/_columns.py"
-RESULTS, RUNS, OBJECTIVE = "simcse_weince/text/results.py", "simcse_weince/training/runs.py", "simcse_weince/training/objective.py"  # noqa: E501
+RESULTS, RUNS = "simcse_weince/text/results.py", "simcse_weince/training/runs.py"
+OBJECTIVE = "simcse_weince/losses/from_embeddings.py"  # the trainers' ContrastiveObjective
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
@@ -82,12 +83,12 @@ MUTATIONS = (
     ),
     Mutation(
         "core: rho_0 index truncated instead of rounded", TAIL,
-        (("round(config.quantile * (rho.numel() - 1))", "int(config.quantile * (rho.numel() - 1))"),),
+        (("round(weince.quantile * (rho.numel() - 1))", "int(weince.quantile * (rho.numel() - 1))"),),
         HAND, "spec section 5",
     ),
     Mutation(
         "core: estimated beta not clamped above", TAIL,
-        (("stats.beta_hat.clamp(config.beta_min, config.beta_max)", "stats.beta_hat.clamp(config.beta_min)"),),
+        (("stats.beta_hat.clamp(weince.beta_min, weince.beta_max)", "stats.beta_hat.clamp(weince.beta_min)"),),
         BRUTE, "spec section 3: beta-hat clamped to [0.5, 16]",
     ),
     Mutation(
@@ -124,8 +125,8 @@ MUTATIONS = (
     ),
     Mutation(
         "losses: InfoNCELoss ignores its temperature", COLUMNS,
-        (("embeddings, loss=self.loss_name, temperature=self.temperature,",
-          "embeddings, loss=self.loss_name, temperature=1.0 if self.loss_name == 'infonce' else self.temperature,"),),
+        (("loss=self.loss_name, temperature=temperature, weince=weince,",
+          "loss=self.loss_name, temperature=1.0 if self.loss_name == 'infonce' else temperature, weince=weince,"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
@@ -188,8 +189,8 @@ MUTATIONS = (
     ),
     Mutation(
         "trainers' objective: InfoNCE / NT-Xent ignores its temperature", OBJECTIVE,
-        (("loss=self.loss, temperature=self.temperature,",
-          "loss=self.loss, temperature=1.0 if self.loss == 'infonce' else self.temperature,"),),
+        (("loss=loss, temperature=float(temperature),",
+          "loss=loss, temperature=1.0 if loss == 'infonce' else float(temperature),"),),
         ("tests/test_vision_train.py", "-k", "objective_matches"), "the vision objective is the core loss",
     ),
     # ---- evaluation and diagnostics
@@ -348,8 +349,8 @@ MUTATIONS = (
     ),
     Mutation(
         "trainers' objective: WEINCE drops hardness_strength", OBJECTIVE,
-        (("gather=self.gather, hardness_strength=self.hardness_strength,",
-          "gather=self.gather, hardness_strength=self.hardness_strength if self.loss == 'infonce' else 0.0,"),),
+        (("gather=gather, hardness_strength=hardness_strength,",
+          "gather=gather, hardness_strength=hardness_strength if loss == 'infonce' else 0.0,"),),
         ("tests/test_infonce_hardness.py", "-k", "both_losses"), "issue 22: the trainer must pass it to WEINCE",
     ),
     # ---- the shared training core (issue 11)
@@ -414,7 +415,7 @@ MUTATIONS = (
         (TRUST, "-k", "crafted_pickle and train"), "issue 39.7: never steer the user to the unsafe option",
     ),
     Mutation(
-        "objective: settings whose logits overflow pass to step 1", "simcse_weince/training/objective.py",
+        "objective: settings whose logits overflow pass to step 1", OBJECTIVE,
         (("        self.check_extremes()\n", ""),),
         ("tests/test_bad_inputs.py", "-k", "underflow or overflow"), "issue 39.2: refused before any file is written",
     ),
@@ -630,7 +631,8 @@ MUTATIONS = (
     ),
     Mutation(
         "WeinceLoss drops its hardness_strength before the core", COLUMNS,
-        (("        self.hardness_strength = float(hardness_strength)\n", "        self.hardness_strength = 0.0\n"),),
+        (("            hardness_strength=hardness_strength, directions=directions,",
+          "            hardness_strength=0.0, directions=directions,"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
     ),
     # ---- FLOP utilisation and the evaluation's precision (issue 40)
@@ -834,6 +836,17 @@ MUTATIONS = (
         "card: the Loss line omits the MNRL options", "simcse_weince/hub.py",
         (("contrastive_options=contrastive_options_text(config),", 'contrastive_options="",'),),
         ("tests/test_train_mnrl_options.py", "-k", "card_record"), "a symmetric-loss model's card says plain InfoNCE",
+    ),
+    # ---- issue 55: one name per meaning, the loss path's options validated once
+    Mutation(
+        "an old public name (config=, last_diagnostics) works without a FutureWarning", "simcse_weince/deprecation.py",
+        (("    warnings.warn(\n", "    (lambda *args, **kwargs: None)(\n"),),
+        ("tests/test_renamed_names.py",), "issue 55.5: users must learn the new name before the old one goes",
+    ),
+    Mutation(
+        "a loss's settings not normalised at construction (directions as given)", FROM_EMBEDDINGS,
+        (("        object.__setattr__(self, \"directions\", directions)\n", ""),),
+        ("tests/test_renamed_names.py", "-k", "validated_once"), "issue 55.2: the options are checked once",
     ),
 )
 # fmt: on

@@ -88,7 +88,7 @@ def seed_averaged_lambda(histories: dict[tuple[str, int], list[dict]]) -> dict[s
     """Per variant, WEINCE's λ statistics at each step averaged over the seeds that logged that step.
 
     ``histories``: ``(variant, seed) -> [history entries with lambda_mean, ...]`` (a run's ``results["history"]``).
-    Returns ``variant -> [{"step", "seeds", <each DIAGNOSTIC_KEYS name>: mean}, ...]``; InfoNCE runs log none and
+    Returns ``variant -> [{"step", "seeds", <each STATISTIC_KEYS name>: mean}, ...]``; InfoNCE runs log none and
     are left out.
 
     >>> seed_averaged_lambda({("w", 1): [{"step": 1, "lambda_mean": 0.2}], ("w", 2): [{"step": 1, "lambda_mean": 0.4}]})

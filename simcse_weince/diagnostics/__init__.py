@@ -67,24 +67,26 @@ __all__ = [
 ]
 
 
-def tail_agreement(negative_similarities_matrix, config=None) -> dict:
+def tail_agreement(negative_similarities_matrix, weince=None) -> dict:
     """The core's per-anchor tail statistics (spec section 4) summarised over anchors, for the report.
 
     ``negative_similarities_matrix``: ``A x K`` similarities of anchors to negatives (numpy or torch). Returns
     the share of anchors whose Delta-AIC favours the Weibull line, the mean Delta-AIC, the mean beta-hat and
     the median hardness rho — the online statistics that WEINCE's mixing weight uses, next to the offline fits.
+    ``weince``: the :class:`~simcse_weince.WeinceConfig` (the paper's for None).
     """
     import torch
 
     from simcse_weince import WeinceConfig, tail_statistics
 
     sims = torch.as_tensor(negative_similarities_matrix, dtype=torch.float64)
-    stats = tail_statistics(sims, config or WeinceConfig())
+    weince = weince or WeinceConfig()
+    stats = tail_statistics(sims, weince)
     return {
         "anchors": int(sims.shape[0]),
         "negatives_per_anchor": int(sims.shape[1]),
         "share_weibull_favoured": float((stats.delta_aic > 0).double().mean()),
-        "share_above_aic_margin": float((stats.delta_aic > (config or WeinceConfig()).aic_margin).double().mean()),
+        "share_above_aic_margin": float((stats.delta_aic > weince.aic_margin).double().mean()),
         "delta_aic_mean": float(stats.delta_aic.mean()),
         "beta_hat_mean": float(stats.beta_hat.mean()),
         "beta_hat_median": float(stats.beta_hat.median()),

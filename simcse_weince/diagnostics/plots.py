@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from simcse_weince.weince.config import DIAGNOSTIC_KEYS
+from simcse_weince.weince.config import STATISTIC_KEYS
 
 __all__ = [
     "load_training_log",
@@ -31,7 +31,7 @@ __all__ = [
     "plot_threshold_stability",
 ]
 
-# Axis labels of the statistics simcse_weince.weince.DIAGNOSTIC_KEYS names (a test checks both name the same set).
+# Axis labels of the statistics simcse_weince.weince.STATISTIC_KEYS names (a test checks both name the same set).
 _LABELS = {
     "lambda_mean": "mean mixing weight λ",
     "lambda_above_half": "share of anchors with λ > 0.5",
@@ -308,7 +308,7 @@ def lambda_series(log, keys=None) -> dict:
     (step, value) rows, sorted by step. Raises ValueError naming the log when it is empty or has none of ``keys``
     (``diagnose`` calls it before its analysis, so that a bad ``--training-log`` changes nothing)."""
     if keys is None:
-        keys = DIAGNOSTIC_KEYS
+        keys = STATISTIC_KEYS
     rows = load_training_log(log)
     where = "" if isinstance(log, (list, tuple)) else f" {log}"
     if not rows:
@@ -338,7 +338,7 @@ def plot_lambda_statistics(log, path=None, keys=None):
     ``log``: a list of dicts, a run folder or its ``logs/metrics.csv`` (:func:`load_training_log`), with any of
     ``lambda_mean``, ``lambda_above_half``, ``rho0``, ``delta_aic_mean``, ``beta_hat_mean`` (missing or empty
     values are skipped; rows without a number for a key, e.g. evaluation rows, are ignored for it).
-    ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.DIAGNOSTIC_KEYS`).
+    ``keys``: the columns to plot (default: all of :data:`simcse_weince.weince.STATISTIC_KEYS`).
     """
     series = lambda_series(log, keys)
     plt = _pyplot()

@@ -6,15 +6,15 @@ citation."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_static_embedding_input
 from torch import Tensor, nn
 
-from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.weince.loss import WeinceConfig
+from simcse_weince.deprecation import renamed_attribute
+from simcse_weince.losses._columns import ColumnsLoss, fill_shared_sections
 
 GRADCACHE_CITATION = """
 @misc{gao2021scaling,
@@ -40,15 +40,38 @@ def _check_mini_batch_num_tokens(mini_batch_num_tokens) -> int | None:
     return mini_batch_num_tokens
 
 
+def forwarded(name: str, settable: bool = False) -> property:
+    """An attribute of the wrapped loss, read (and, if ``settable``, assigned) through the cached loss."""
+
+    def assign(self, value) -> None:
+        setattr(self.loss, name, value)
+
+    return property(lambda self: getattr(self.loss, name), assign if settable else None,
+                    doc=f"The wrapped loss's ``{name}``.")  # fmt: skip
+
+
 class CachedColumnsLoss(CachedLossMixin, nn.Module):
     """GradCache around a loss of this package (what :class:`CachedWeinceLoss` and :class:`CachedInfoNCELoss`
     share, as siblings): the batch is embedded a mini-batch at a time by sentence-transformers'
     ``CachedLossMixin``, and the wrapped loss computes the loss of the whole batch."""
 
+    wrapped_class: type[ColumnsLoss]  # the loss of the whole batch
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_shared_sections(cls.__doc__)
+
     def __init__(
-        self, model: nn.Module, wrapped: Callable[[], ColumnsLoss], *, mini_batch_size: int,
-        mini_batch_num_tokens: int | None, show_progress_bar: bool,
-    ) -> None:  # fmt: skip
+        self,
+        model: nn.Module,
+        temperature: float | None = None,
+        *,
+        mini_batch_size: int = 32,
+        mini_batch_num_tokens: int | None = None,
+        show_progress_bar: bool = False,
+        **options: Any,
+    ) -> None:
+        """``options``: every option of the wrapped loss (``wrapped_class``), which checks them."""
         super().__init__()
         if has_static_embedding_input(model):
             raise ValueError(
@@ -57,54 +80,25 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
             )
         self.mini_batch_num_tokens = _check_mini_batch_num_tokens(mini_batch_num_tokens)
         self.model = model
-        # The wrapped loss owns and validates the loss's hyper-parameters and computes its diagnostics.
-        self.loss = wrapped()
+        # The wrapped loss owns and validates the loss's hyper-parameters and computes its statistics.
+        self.loss = self.wrapped_class(model, temperature, **options)
         self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
         self.show_progress_bar = show_progress_bar
 
-    @property
-    def temperature(self) -> float:
-        return self.loss.temperature
-
-    @temperature.setter
-    def temperature(self, value: float) -> None:
-        self.loss.temperature = value
-
-    @property
-    def scale(self) -> float:
-        return self.loss.scale
-
-    @scale.setter
-    def scale(self, value: float) -> None:
-        self.loss.scale = value
-
-    @property
-    def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:
-        return self.loss.similarity_fct
-
-    @property
-    def directions(self) -> tuple[str, ...]:
-        return self.loss.directions
-
-    @property
-    def partition_mode(self) -> str:
-        return self.loss.partition_mode
-
-    @property
-    def hardness_mode(self) -> str | None:
-        return self.loss.hardness_mode
-
-    @property
-    def hardness_strength(self) -> float:
-        return self.loss.hardness_strength
-
-    @property
-    def config(self) -> WeinceConfig:
-        return self.loss.config
-
-    @property
-    def gather_across_devices(self) -> bool:
-        return self.loss.gather_across_devices
+    temperature = forwarded("temperature", settable=True)
+    scale = forwarded("scale", settable=True)
+    settings = forwarded("settings")
+    similarity_fct = forwarded("similarity_fct")
+    directions = forwarded("directions")
+    partition_mode = forwarded("partition_mode")
+    hardness_mode = forwarded("hardness_mode")
+    hardness_strength = forwarded("hardness_strength")
+    weince = forwarded("weince")
+    config = renamed_attribute("config", "weince")
+    gather_across_devices = forwarded("gather_across_devices")
+    last_batch = forwarded("last_batch")
+    last_statistics = forwarded("last_statistics")
+    last_diagnostics = renamed_attribute("last_diagnostics", "last_statistics")
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         sentence_features = list(sentence_features)
@@ -127,11 +121,6 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
             loss.backward()
             loss = loss.detach()
         return loss
-
-    @property
-    def last_diagnostics(self) -> dict[str, float]:
-        """The wrapped loss's diagnostics of the last batch: mean λ, share λ > 0.5, ρ_0, mean ΔAIC, mean β̂."""
-        return self.loss.last_diagnostics
 
     def get_config_dict(self) -> dict[str, Any]:
         return {

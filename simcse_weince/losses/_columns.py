@@ -5,6 +5,7 @@ finiteness check of a loss."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -14,11 +15,14 @@ from sentence_transformers.util import cos_sim, similarity_fct_name
 from torch import Tensor, nn
 
 from simcse_weince import compat
+from simcse_weince.deprecation import renamed_attribute, renamed_keywords
 from simcse_weince.losses.from_embeddings import (
+    DEFAULT_DIRECTIONS,
+    DEFAULT_HARDNESS_MODE,
+    ContrastiveSettings,
     EmbeddingsLoss,
-    check_contrastive_options,
-    loss_from_embeddings,
-    read_diagnostics,
+    contrastive_loss,
+    read_statistics,
 )
 from simcse_weince.weince.loss import WeinceConfig
 
@@ -53,11 +57,42 @@ def is_cosine(similarity_fct) -> bool:
     return similarity_fct is cos_sim
 
 
-def check_config(config) -> WeinceConfig:
+def check_weince(weince) -> WeinceConfig:
     """The loss's WeinceConfig (the paper's defaults for None); anything else is refused by name."""
-    if config is not None and not isinstance(config, WeinceConfig):
-        raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
-    return config or WeinceConfig()
+    if weince is not None and not isinstance(weince, WeinceConfig):
+        raise TypeError(f"weince must be a WeinceConfig, got {type(weince).__name__}")
+    return weince or WeinceConfig()
+
+
+def setting(name: str, doc: str) -> property:
+    """A read-only attribute of a loss that is a field of its validated :class:`ContrastiveSettings`."""
+    return property(lambda self: getattr(self.settings, name), doc=doc)
+
+
+#: the Inputs section every loss of this package shares; a loss's docstring holds ``{inputs}`` in its place
+INPUTS_SECTION = """\
+Inputs:
+    +-------------------------------------------------+--------+
+    | Inputs                                          | Labels |
+    +=================================================+========+
+    | (anchor,) single sentences: unsupervised SimCSE | none   |
+    +-------------------------------------------------+--------+
+    | (anchor, positive) pairs                        | none   |
+    +-------------------------------------------------+--------+
+    | (anchor, positive, negative_1, ..., negative_n) | none   |
+    +-------------------------------------------------+--------+"""
+
+
+def fill_shared_sections(docstring: str | None) -> str | None:
+    """``docstring`` with its ``{inputs}`` line replaced by :data:`INPUTS_SECTION`, indented as that line is."""
+    if docstring is None or "{inputs}" not in docstring:
+        return docstring
+    lines = []
+    for line in docstring.splitlines():
+        indent = line[: len(line) - len(line.lstrip())]
+        shared = INPUTS_SECTION.splitlines() if line.strip() == "{inputs}" else None
+        lines.extend([indent + row for row in shared] if shared else [line])
+    return "\n".join(lines)
 
 
 def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) -> list[Tensor]:
@@ -74,46 +109,85 @@ class ColumnsLoss(nn.Module):
     """A contrastive loss over text columns (column 0 anchors, column 1 positives, further columns hard negatives;
     one column: unsupervised SimCSE) with sentence-transformers' ``MultipleNegativesRankingLoss`` options. A
     subclass names its loss (``loss_name``: ``"weince"``, ``"infonce"``) and sets ``track_statistics`` (whether
-    WEINCE's statistics of each batch are kept)."""
+    WEINCE's statistics of each batch are kept). The options are validated once, into :attr:`settings`, and every
+    batch goes through :func:`~simcse_weince.losses.from_embeddings.contrastive_loss` with them."""
 
     loss_name: str
-    track_statistics: bool = True
+    track_statistics: bool = True  # the default of the option of that name
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_shared_sections(cls.__doc__)
+
+    @renamed_keywords(config="weince")
     def __init__(
         self,
         model: nn.Module,
-        temperature: float | None,
+        temperature: float | None = None,
         *,
-        scale: float | None,
-        config: WeinceConfig | None,
-        gather_across_devices: bool,
-        similarity_fct: Callable[[Tensor, Tensor], Tensor] | None,
-        directions: Sequence[str],
-        partition_mode: str,
-        hardness_mode: str | None,
-        hardness_strength: float,
+        scale: float | None = None,
+        weince: WeinceConfig | None = None,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+        gather_across_devices: bool = False,
+        directions: Sequence[str] = DEFAULT_DIRECTIONS,
+        partition_mode: str = "joint",
+        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
+        hardness_strength: float = 0.0,
+        track_statistics: bool | None = None,
     ) -> None:
+        # one signature for every loss of this package (what each option means: the subclass's docstring)
         super().__init__()
-        self.temperature = resolve_temperature(temperature, scale)
+        if self.loss_name == "weince" and similarity_fct is not None and not is_cosine(similarity_fct):
+            raise ValueError(
+                f"{type(self).__name__} takes cosine similarity only (similarity_fct=cos_sim), got "
+                f"{getattr(similarity_fct, '__name__', similarity_fct)!r}: its shortfall logit -log(1 - s) needs "
+                f"similarities bounded by 1; use InfoNCELoss for other similarities"
+            )
+        temperature = resolve_temperature(temperature, scale)
         self.model = model
-        self.config = check_config(config)
-        self.gather_across_devices = gather_across_devices
-        self.similarity_fct = cos_sim if similarity_fct is None else similarity_fct
-        if not callable(self.similarity_fct):
+        weince = check_weince(weince)
+        similarity_fct = cos_sim if similarity_fct is None else similarity_fct
+        if not callable(similarity_fct):
             raise ValueError(f"similarity_fct must be a function of two embedding matrices, got {similarity_fct!r}")
-        self.directions, self.partition_mode, self.hardness_mode = check_contrastive_options(
-            directions, partition_mode, hardness_mode, hardness_strength
-        )
-        self.hardness_strength = float(hardness_strength)
+        self._similarity_fct = similarity_fct
+        self.settings = ContrastiveSettings(
+            loss=self.loss_name, temperature=temperature, weince=weince, gather=gather_across_devices,
+            hardness_strength=hardness_strength, directions=directions, partition_mode=partition_mode,
+            hardness_mode=hardness_mode, similarity_fct=None if is_cosine(similarity_fct) else similarity_fct,
+        )  # fmt: skip
         if hardness_mode is None and hardness_strength > 0:
             logger.warning(
                 "hardness_strength=%g is ignored with hardness_mode=None (as in MultipleNegativesRankingLoss); "
                 "leave hardness_mode unset (in_batch_negatives) or name a mode to apply it",
                 hardness_strength,
             )
-        # the last batch's loss, columns and statistics, for a lazy finiteness check when the diagnostics are read
+        if track_statistics is not None:
+            self.track_statistics = bool(track_statistics)
+        if self.track_statistics and self.settings.similarity_fct is not None:
+            raise ValueError(
+                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
+                "similarity_fct unset or track_statistics off"
+            )
+        # the last batch's loss, columns and statistics, for a lazy finiteness check when the statistics are read
         # (no per-step device synchronisation)
         self._last: EmbeddingsLoss | None = None
+
+    weince = setting("weince", "The :class:`~simcse_weince.WeinceConfig` of the mixing weight.")
+    config = renamed_attribute("config", "weince")
+    gather_across_devices = setting("gather", "Whether embeddings are gathered from all processes (with gradient).")
+    directions = setting("directions", "MNRL's similarity blocks, a tuple.")
+    partition_mode = setting("partition_mode", "MNRL's ``joint`` or ``per_direction``.")
+    hardness_mode = setting("hardness_mode", "MNRL's hard-negative weighting mode (None: off).")
+    hardness_strength = setting("hardness_strength", "α of the hard-negative weighting (0: off).")
+
+    @property
+    def temperature(self) -> float:
+        """τ (assignable: validated again)."""
+        return self.settings.temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self.settings = dataclasses.replace(self.settings, temperature=check_temperature(value))
 
     @property
     def scale(self) -> float:
@@ -124,9 +198,10 @@ class ColumnsLoss(nn.Module):
     def scale(self, value: float) -> None:
         self.temperature = resolve_temperature(None, value)
 
-    def _similarity_option(self) -> Callable[[Tensor, Tensor], Tensor] | None:
-        """None for cosine (the package's float64-statistics path), else MNRL's callable."""
-        return None if is_cosine(self.similarity_fct) else self.similarity_fct
+    @property
+    def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:
+        """MNRL's similarity of two embedding matrices (cosine unless given)."""
+        return self._similarity_fct
 
     def contrastive_options(self) -> dict[str, Any]:
         """MNRL's options of this loss, as :meth:`get_config_dict` reports them."""
@@ -148,19 +223,22 @@ class ColumnsLoss(nn.Module):
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None = None) -> Tensor:
         """Loss from per-column embeddings: column 0 are anchors, column 1 positives, further columns negatives."""
-        result = loss_from_embeddings(
-            embeddings, loss=self.loss_name, temperature=self.temperature, config=self.config,
-            gather=self.gather_across_devices, hardness_strength=self.hardness_strength,
-            statistics=self.track_statistics, directions=self.directions, partition_mode=self.partition_mode,
-            hardness_mode=self.hardness_mode, similarity_fct=self._similarity_option(),
-        )  # fmt: skip
+        result = contrastive_loss(embeddings, self.settings, statistics=self.track_statistics)
         self._last = EmbeddingsLoss(result.loss.detach(), result.statistics, result.anchors.detach(),
                                     result.candidates.detach())  # fmt: skip
         return result.loss
 
     @property
-    def last_diagnostics(self) -> dict[str, float]:
+    def last_batch(self) -> EmbeddingsLoss | None:
+        """The last batch's detached loss, λ statistics (0-d tensors, on the device), anchors and candidates; None
+        before the first step. Reading it does not synchronise the device (:attr:`last_statistics` does)."""
+        return self._last
+
+    @property
+    def last_statistics(self) -> dict[str, float]:
         """The last batch's mean λ, share λ > 0.5, ρ_0, mean ΔAIC and mean β̂ (empty before the first step, and for
         InfoNCE without ``track_statistics``). Reading them synchronises the device, once; a non-finite last loss
         is reported here with the culprit rows."""
-        return read_diagnostics(self._last)
+        return read_statistics(self._last)
+
+    last_diagnostics = renamed_attribute("last_diagnostics", "last_statistics")

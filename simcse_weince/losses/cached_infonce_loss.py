@@ -2,80 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-from sentence_transformers.util import cos_sim
-from torch import Tensor, nn
-
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
-from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 from simcse_weince.losses.infonce_loss import SIMCSE_CITATION, InfoNCELoss
 
 
 class CachedInfoNCELoss(CachedColumnsLoss):
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float | None = None,
-        *,
-        scale: float | None = None,
-        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
-        directions: Sequence[str] = DEFAULT_DIRECTIONS,
-        partition_mode: str = "joint",
-        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
-        hardness_strength: float = 0.0,
-        mini_batch_size: int = 32,
-        mini_batch_num_tokens: int | None = None,
-        gather_across_devices: bool = False,
-        show_progress_bar: bool = False,
-    ) -> None:
-        """The InfoNCE baseline (λ = 0) of :class:`CachedWeinceLoss`: :class:`~simcse_weince.InfoNCELoss` with
-        GradCache, on the same inputs (a single text column is unsupervised SimCSE).
+    """The InfoNCE baseline (λ = 0) of :class:`CachedWeinceLoss`: :class:`~simcse_weince.InfoNCELoss` with
+    GradCache, on the same inputs (a single text column is unsupervised SimCSE).
 
-        Args:
-            model: the SentenceTransformer to train.
-            temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
-            scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
-            similarity_fct: as MNRL's (default cosine), as :class:`~simcse_weince.InfoNCELoss`.
-            directions: MNRL's similarity blocks (``"query_to_doc"``, required; ``"query_to_query"``,
-                ``"doc_to_query"``, ``"doc_to_doc"``), as :class:`~simcse_weince.InfoNCELoss`.
-            partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.InfoNCELoss`.
-            hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
-                None (off), as :class:`~simcse_weince.InfoNCELoss`.
-            hardness_strength: α ≥ 0 of the hardness weighting (default 0: off).
-            mini_batch_size: sentences per encoder pass.
-            mini_batch_num_tokens: if set, pack mini-batches by non-padding tokens instead.
-            gather_across_devices: gather embeddings from all processes (with gradient) before the loss.
-            show_progress_bar: show a progress bar over the mini-batches.
+    Args:
+        model: the SentenceTransformer to train.
+        temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
+        scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
+        similarity_fct: as MNRL's (default cosine), as :class:`~simcse_weince.InfoNCELoss`.
+        directions: MNRL's similarity blocks (``"query_to_doc"``, required; ``"query_to_query"``,
+            ``"doc_to_query"``, ``"doc_to_doc"``), as :class:`~simcse_weince.InfoNCELoss`.
+        partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.InfoNCELoss`.
+        hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
+            None (off), as :class:`~simcse_weince.InfoNCELoss`.
+        hardness_strength: α ≥ 0 of the hardness weighting (default 0: off).
+        mini_batch_size: sentences per encoder pass.
+        mini_batch_num_tokens: if set, pack mini-batches by non-padding tokens instead.
+        gather_across_devices: gather embeddings from all processes (with gradient) before the loss.
+        show_progress_bar: show a progress bar over the mini-batches.
 
-        Relations:
-            - Equivalent to :class:`~simcse_weince.InfoNCELoss` with memory bounded by ``mini_batch_size``, and to
-              ``CachedMultipleNegativesRankingLoss(model, **options)`` on two or more columns, for every option
-              (``tests/test_mnrl_equivalence.py``).
+    Relations:
+        - Equivalent to :class:`~simcse_weince.InfoNCELoss` with memory bounded by ``mini_batch_size``, and to
+          ``CachedMultipleNegativesRankingLoss(model, **options)`` on two or more columns, for every option
+          (``tests/test_mnrl_equivalence.py``).
 
-        Example:
-            ::
+    Example:
+        ::
 
-                from simcse_weince import CachedInfoNCELoss
-                loss = CachedInfoNCELoss(model, mini_batch_size=64)
-        """
-        super().__init__(
-            model,
-            lambda: InfoNCELoss(
-                model,
-                temperature,
-                scale=scale,
-                similarity_fct=similarity_fct,
-                directions=directions,
-                partition_mode=partition_mode,
-                hardness_mode=hardness_mode,
-                hardness_strength=hardness_strength,
-                gather_across_devices=gather_across_devices,
-            ),
-            mini_batch_size=mini_batch_size,
-            mini_batch_num_tokens=mini_batch_num_tokens,
-            show_progress_bar=show_progress_bar,
-        )
+            from simcse_weince import CachedInfoNCELoss
+            loss = CachedInfoNCELoss(model, mini_batch_size=64)
+    """
+
+    wrapped_class = InfoNCELoss
 
     @property
     def citation(self) -> str:

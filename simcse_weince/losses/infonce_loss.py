@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from sentence_transformers.util import cos_sim
-from torch import Tensor, nn
-
 from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
-from simcse_weince.weince.loss import WeinceConfig
 
 SIMCSE_CITATION = """
 @inproceedings{gao2021simcse,
@@ -23,112 +17,79 @@ SIMCSE_CITATION = """
 
 
 class InfoNCELoss(ColumnsLoss):
+    """InfoNCE (SimCSE's loss): for every anchor, a cross-entropy over its positive and all other candidates of
+    the batch, with cosine similarities divided by the temperature τ. It is WEINCE's λ = 0 baseline, on the same
+    inputs and with the same unsupervised-SimCSE handling as :class:`~simcse_weince.WeinceLoss`.
+
+    With a **single text column** the positive of every sentence is the same sentence encoded a second time
+    with a different dropout mask: unsupervised SimCSE.
+
+    On two or more columns it is sentence-transformers' ``MultipleNegativesRankingLoss`` (MNRL) with the same
+    options: ``InfoNCELoss(model, **options)`` equals ``MultipleNegativesRankingLoss(model, **options)``.
+
+    Args:
+        model: the SentenceTransformer to train.
+        temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
+        scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
+        similarity_fct: the similarity of two embedding matrices, as MNRL's (default
+            ``sentence_transformers.util.cos_sim``; e.g. ``dot_score`` with ``scale=1``). ``track_statistics``
+            needs cosine.
+        gather_across_devices: gather embeddings from all processes (with gradient) before the loss (every
+            process computes the global batch's loss; the same gradients as MNRL's after DDP's averaging).
+        directions: MNRL's similarity blocks: ``"query_to_doc"`` (required), ``"query_to_query"``,
+            ``"doc_to_query"``, ``"doc_to_doc"``; default ``("query_to_doc",)``.
+        partition_mode: ``"joint"`` (one softmax over all blocks; default) or ``"per_direction"`` (one per
+            direction, averaged; not with ``query_to_query`` or ``doc_to_doc``), as MNRL.
+        hardness_mode: MNRL's hard-negative weighting ``α · stop_grad(s_ij)`` on the ``query_to_doc`` logits of
+            ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` or ``"all_negatives"``; None: off
+            whatever α is. MNRL's default is None, which ignores ``hardness_strength``; here a
+            ``hardness_strength`` given alone applies to the in-batch negatives.
+        hardness_strength: α ≥ 0 of that weighting (default 0: off; LLaVE: 9, EmbeddingGemma's
+            ``hard_negatives``: 5).
+        track_statistics: also compute WEINCE's tail statistics (without using them) so that
+            :attr:`last_statistics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
+        weince: the :class:`~simcse_weince.WeinceConfig` used for those statistics (``config=`` is its old,
+            deprecated name).
+
+    The options after ``temperature`` are keyword-only: the losses of this package take different options, and
+    a positional call could bind a value to another loss's option.
+
+    References:
+        - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
+        - van den Oord et al., *Representation Learning with Contrastive Predictive Coding*, 2018
+          (arXiv:1807.03748).
+
+    Requirements:
+        Batches of at least 2 examples.
+
+    {inputs}
+
+    Relations:
+        - Equal to ``MultipleNegativesRankingLoss(model, **options)`` on two or more columns, for every option
+          (``tests/test_mnrl_equivalence.py``).
+        - :class:`~simcse_weince.WeinceLoss` is the loss it is the baseline of;
+          :class:`~simcse_weince.CachedInfoNCELoss` is its GradCache version.
+
+    Example:
+        ::
+
+            from datasets import Dataset
+            from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+            from simcse_weince import InfoNCELoss
+
+            model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+            train_dataset = Dataset.from_dict({"text": [
+                "A man is playing a guitar.", "The cat sleeps on the sofa.",
+                "Stocks fell sharply on Monday.", "She is reading a book in the park.",
+            ]})
+            loss = InfoNCELoss(model, track_statistics=True)  # one column: unsupervised SimCSE
+            trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+            trainer.train()
+            print(loss.last_statistics)  # what WEINCE's mixing weight would have been
+    """
+
     loss_name = "infonce"
-
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float | None = None,
-        *,
-        scale: float | None = None,
-        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
-        gather_across_devices: bool = False,
-        directions: Sequence[str] = DEFAULT_DIRECTIONS,
-        partition_mode: str = "joint",
-        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
-        hardness_strength: float = 0.0,
-        track_statistics: bool = False,
-        config: WeinceConfig | None = None,
-    ) -> None:
-        """InfoNCE (SimCSE's loss): for every anchor, a cross-entropy over its positive and all other candidates of
-        the batch, with cosine similarities divided by the temperature τ. It is WEINCE's λ = 0 baseline, on the same
-        inputs and with the same unsupervised-SimCSE handling as :class:`~simcse_weince.WeinceLoss`.
-
-        With a **single text column** the positive of every sentence is the same sentence encoded a second time
-        with a different dropout mask: unsupervised SimCSE.
-
-        On two or more columns it is sentence-transformers' ``MultipleNegativesRankingLoss`` (MNRL) with the same
-        options: ``InfoNCELoss(model, **options)`` equals ``MultipleNegativesRankingLoss(model, **options)``.
-
-        Args:
-            model: the SentenceTransformer to train.
-            temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
-            scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
-            similarity_fct: the similarity of two embedding matrices, as MNRL's (default
-                ``sentence_transformers.util.cos_sim``; e.g. ``dot_score`` with ``scale=1``). ``track_statistics``
-                needs cosine.
-            gather_across_devices: gather embeddings from all processes (with gradient) before the loss (every
-                process computes the global batch's loss; the same gradients as MNRL's after DDP's averaging).
-            directions: MNRL's similarity blocks: ``"query_to_doc"`` (required), ``"query_to_query"``,
-                ``"doc_to_query"``, ``"doc_to_doc"``; default ``("query_to_doc",)``.
-            partition_mode: ``"joint"`` (one softmax over all blocks; default) or ``"per_direction"`` (one per
-                direction, averaged; not with ``query_to_query`` or ``doc_to_doc``), as MNRL.
-            hardness_mode: MNRL's hard-negative weighting ``α · stop_grad(s_ij)`` on the ``query_to_doc`` logits of
-                ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` or ``"all_negatives"``; None: off
-                whatever α is. MNRL's default is None, which ignores ``hardness_strength``; here a
-                ``hardness_strength`` given alone applies to the in-batch negatives.
-            hardness_strength: α ≥ 0 of that weighting (default 0: off; LLaVE: 9, EmbeddingGemma's
-                ``hard_negatives``: 5).
-            track_statistics: also compute WEINCE's tail statistics (without using them) so that
-                :attr:`last_diagnostics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
-            config: the :class:`~simcse_weince.WeinceConfig` used for those statistics.
-
-        The options after ``temperature`` are keyword-only: the losses of this package take different options, and
-        a positional call could bind a value to another loss's option.
-
-        References:
-            - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
-            - van den Oord et al., *Representation Learning with Contrastive Predictive Coding*, 2018
-              (arXiv:1807.03748).
-
-        Requirements:
-            Batches of at least 2 examples.
-
-        Inputs:
-            +-------------------------------------------------+--------+
-            | Inputs                                          | Labels |
-            +=================================================+========+
-            | (anchor,) single sentences: unsupervised SimCSE | none   |
-            +-------------------------------------------------+--------+
-            | (anchor, positive) pairs                        | none   |
-            +-------------------------------------------------+--------+
-            | (anchor, positive, negative_1, ..., negative_n) | none   |
-            +-------------------------------------------------+--------+
-
-        Relations:
-            - Equal to ``MultipleNegativesRankingLoss(model, **options)`` on two or more columns, for every option
-              (``tests/test_mnrl_equivalence.py``).
-            - :class:`~simcse_weince.WeinceLoss` is the loss it is the baseline of;
-              :class:`~simcse_weince.CachedInfoNCELoss` is its GradCache version.
-
-        Example:
-            ::
-
-                from datasets import Dataset
-                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-                from simcse_weince import InfoNCELoss
-
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                train_dataset = Dataset.from_dict({"text": [
-                    "A man is playing a guitar.", "The cat sleeps on the sofa.",
-                    "Stocks fell sharply on Monday.", "She is reading a book in the park.",
-                ]})
-                loss = InfoNCELoss(model, track_statistics=True)  # one column: unsupervised SimCSE
-                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
-                trainer.train()
-                print(loss.last_diagnostics)  # what WEINCE's mixing weight would have been
-        """
-        super().__init__(
-            model, temperature, scale=scale, config=config, gather_across_devices=gather_across_devices,
-            similarity_fct=similarity_fct, directions=directions, partition_mode=partition_mode,
-            hardness_mode=hardness_mode, hardness_strength=hardness_strength,
-        )  # fmt: skip
-        if track_statistics and self._similarity_option() is not None:
-            raise ValueError(
-                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
-                "similarity_fct unset or track_statistics off"
-            )
-        self.track_statistics = track_statistics
+    track_statistics = False  # pure InfoNCE cost unless asked
 
     def get_config_dict(self) -> dict[str, Any]:
         return self.contrastive_options()

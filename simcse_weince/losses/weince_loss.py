@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from sentence_transformers.util import cos_sim
-from torch import Tensor, nn
-
-from simcse_weince.losses._columns import ColumnsLoss, is_cosine
-from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
-from simcse_weince.weince.loss import WeinceConfig
+from simcse_weince.losses._columns import ColumnsLoss
 
 WEINCE_CITATION = """
 @inproceedings{erol2026weince,
@@ -25,137 +19,106 @@ WEINCE_CITATION = """
 
 
 class WeinceLoss(ColumnsLoss):
+    """WEINCE: InfoNCE with an extreme-value (Weibull endpoint) correction of the logits of hard negatives.
+
+    For every anchor the loss is a cross-entropy over its positive and all other candidates in the batch,
+    exactly like :class:`~sentence_transformers.losses.MultipleNegativesRankingLoss`, but each anchor's logits
+    blend the InfoNCE logit ``s/τ`` with the endpoint-shortfall logit ``-β log(1 - s)``. The blend weight
+    λ_i is computed per anchor and step, without gradient, from that anchor's hardest negatives: how close
+    they get to cosine 1, and whether a Weibull line fits their tail better than a Gumbel line (ΔAIC).
+    λ = 0 is exactly InfoNCE. There are no trainable parameters.
+
+    With a **single text column** the positive of every sentence is the same sentence encoded a second time
+    with a different dropout mask: unsupervised SimCSE.
+
+    Args:
+        model: the SentenceTransformer to train.
+        temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
+        scale: sentence-transformers' spelling of 1 / τ, so that MNRL's options carry over; give ``temperature``
+            or ``scale``, not both.
+        weince: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's;
+            ``config=`` is its old, deprecated name).
+        similarity_fct: cosine only (``sentence_transformers.util.cos_sim``, the default): the shortfall logit
+            ``-log(1 - s)`` and the tail statistics need similarities bounded by 1, their endpoint; anything else
+            is refused (:class:`~simcse_weince.InfoNCELoss` takes any, as MNRL does).
+        gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
+            negatives *and the tail statistics* span the global batch. Every process computes the loss of the
+            global batch (MNRL computes its local anchors' share; the gradients are the same after DDP's
+            averaging).
+        directions: MNRL's similarity blocks, a tuple of ``"query_to_doc"`` (required: it holds the positive),
+            ``"query_to_query"``, ``"doc_to_query"``, ``"doc_to_doc"``; default ``("query_to_doc",)``. What
+            each row's positive, tail negatives and shortfall logit are: ``docs/directions.md``.
+        partition_mode: ``"joint"`` (one softmax per anchor over all its blocks; the default) or
+            ``"per_direction"`` (one softmax per direction, each row with its own λ and each direction with its
+            own ρ_0, losses averaged; not with ``query_to_query`` or ``doc_to_doc``), as in MNRL.
+        hardness_mode: MNRL's hard-negative weighting, ``α · stop_grad(s_ij)`` added to the ``query_to_doc``
+            logits of ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` (the anchor's own extra
+            columns: EmbeddingGemma's, α = 5) or ``"all_negatives"``; None turns it off whatever α is. MNRL's
+            default is None, which ignores ``hardness_strength``; ours applies a ``hardness_strength`` given
+            alone to the in-batch negatives, as it always has. With α = 0 every mode is off.
+        hardness_strength: α ≥ 0 of that weighting (default 0: off). **Ours, not the paper's** on top of WEINCE:
+            in Studies 2 and 3 (``docs/experiments.md``) it beat the hardness weighting alone on unsupervised
+            SimCSE and lost to it, and to InfoNCE, on supervised pairs (SICK), so it is not recommended. λ and
+            the tail statistics do not see the term.
+        track_statistics: keep each batch's λ statistics (:attr:`last_statistics`, the
+            :class:`~simcse_weince.WeinceStatisticsCallback`; default True); off, the loss skips summarising them.
+
+    The options after ``temperature`` are keyword-only: the losses of this package take different options, and
+    a positional call could bind a value to another loss's option (MNRL's second positional is ``scale``).
+
+    Each anchor row the loss builds (one per anchor in ``joint``, one per anchor and direction in
+    ``per_direction``) has its own λ and β: its positives are the anchor's pair (the ``query_to_doc`` entry
+    and, where the row holds a ``doc_to_query`` block, that block's entry of the anchor's query); its negatives
+    for the tail statistics are its other finite entries; the shortfall logit is blended into every finite
+    entry; masked entries (a query against itself, a document against its own query's documents) take no part.
+    λ = 0 is MNRL exactly, whatever the options (``docs/directions.md``).
+
+    After each step, :attr:`last_statistics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
+    and mean β̂ of the batch, for logging.
+
+    References:
+        - Erol et al., *When Softmax Fails at the Top: Extreme-Value Corrections for InfoNCE*, ICML 2026
+          (arXiv:2606.00262).
+        - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
+
+    Requirements:
+        Batches of at least 2 examples; duplicate-free batches are not required (exact duplicates are safe).
+
+    {inputs}
+
+    Relations:
+        - A drop-in for ``MultipleNegativesRankingLoss(model, **options)``: the same options, and at λ = 0 the
+          same loss and gradients (``tests/test_mnrl_equivalence.py``).
+        - :class:`~simcse_weince.InfoNCELoss` is the λ = 0 baseline on the same inputs (equal to
+          ``MultipleNegativesRankingLoss(model, **options)``).
+        - :class:`~simcse_weince.CachedWeinceLoss` is its GradCache version (large batches, bounded memory).
+
+    Example:
+        ::
+
+            from datasets import Dataset
+            from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+            from simcse_weince import WeinceLoss
+
+            model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
+            train_dataset = Dataset.from_dict({"text": [
+                "A man is playing a guitar.", "The cat sleeps on the sofa.",
+                "Stocks fell sharply on Monday.", "She is reading a book in the park.",
+            ]})
+            loss = WeinceLoss(model)  # one column: unsupervised SimCSE with dropout positives
+            trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
+            trainer.train()
+            print(loss.last_statistics)
+
+        The symmetric loss of a retrieval recipe, as with MNRL::
+
+            loss = WeinceLoss(model, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
+    """
+
     loss_name = "weince"
 
-    def __init__(
-        self,
-        model: nn.Module,
-        temperature: float | None = None,
-        *,
-        scale: float | None = None,
-        config: WeinceConfig | None = None,
-        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
-        gather_across_devices: bool = False,
-        directions: Sequence[str] = DEFAULT_DIRECTIONS,
-        partition_mode: str = "joint",
-        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
-        hardness_strength: float = 0.0,
-    ) -> None:
-        """WEINCE: InfoNCE with an extreme-value (Weibull endpoint) correction of the logits of hard negatives.
-
-        For every anchor the loss is a cross-entropy over its positive and all other candidates in the batch,
-        exactly like :class:`~sentence_transformers.losses.MultipleNegativesRankingLoss`, but each anchor's logits
-        blend the InfoNCE logit ``s/τ`` with the endpoint-shortfall logit ``-β log(1 - s)``. The blend weight
-        λ_i is computed per anchor and step, without gradient, from that anchor's hardest negatives: how close
-        they get to cosine 1, and whether a Weibull line fits their tail better than a Gumbel line (ΔAIC).
-        λ = 0 is exactly InfoNCE. There are no trainable parameters.
-
-        With a **single text column** the positive of every sentence is the same sentence encoded a second time
-        with a different dropout mask: unsupervised SimCSE.
-
-        Args:
-            model: the SentenceTransformer to train.
-            temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
-            scale: sentence-transformers' spelling of 1 / τ, so that MNRL's options carry over; give ``temperature``
-                or ``scale``, not both.
-            config: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's).
-            similarity_fct: cosine only (``sentence_transformers.util.cos_sim``, the default): the shortfall logit
-                ``-log(1 - s)`` and the tail statistics need similarities bounded by 1, their endpoint; anything else
-                is refused (:class:`~simcse_weince.InfoNCELoss` takes any, as MNRL does).
-            gather_across_devices: gather embeddings from all processes (with gradient) before the loss, so that
-                negatives *and the tail statistics* span the global batch. Every process computes the loss of the
-                global batch (MNRL computes its local anchors' share; the gradients are the same after DDP's
-                averaging).
-            directions: MNRL's similarity blocks, a tuple of ``"query_to_doc"`` (required: it holds the positive),
-                ``"query_to_query"``, ``"doc_to_query"``, ``"doc_to_doc"``; default ``("query_to_doc",)``. What
-                each row's positive, tail negatives and shortfall logit are: ``docs/directions.md``.
-            partition_mode: ``"joint"`` (one softmax per anchor over all its blocks; the default) or
-                ``"per_direction"`` (one softmax per direction, each row with its own λ and each direction with its
-                own ρ_0, losses averaged; not with ``query_to_query`` or ``doc_to_doc``), as in MNRL.
-            hardness_mode: MNRL's hard-negative weighting, ``α · stop_grad(s_ij)`` added to the ``query_to_doc``
-                logits of ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` (the anchor's own extra
-                columns: EmbeddingGemma's, α = 5) or ``"all_negatives"``; None turns it off whatever α is. MNRL's
-                default is None, which ignores ``hardness_strength``; ours applies a ``hardness_strength`` given
-                alone to the in-batch negatives, as it always has. With α = 0 every mode is off.
-            hardness_strength: α ≥ 0 of that weighting (default 0: off). **Ours, not the paper's** on top of WEINCE:
-                in Studies 2 and 3 (``docs/experiments.md``) it beat the hardness weighting alone on unsupervised
-                SimCSE and lost to it, and to InfoNCE, on supervised pairs (SICK), so it is not recommended. λ and
-                the tail statistics do not see the term.
-
-        The options after ``temperature`` are keyword-only: the losses of this package take different options, and
-        a positional call could bind a value to another loss's option (MNRL's second positional is ``scale``).
-
-        Each anchor row the loss builds (one per anchor in ``joint``, one per anchor and direction in
-        ``per_direction``) has its own λ and β: its positives are the anchor's pair (the ``query_to_doc`` entry
-        and, where the row holds a ``doc_to_query`` block, that block's entry of the anchor's query); its negatives
-        for the tail statistics are its other finite entries; the shortfall logit is blended into every finite
-        entry; masked entries (a query against itself, a document against its own query's documents) take no part.
-        λ = 0 is MNRL exactly, whatever the options (``docs/directions.md``).
-
-        After each step, :attr:`last_diagnostics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
-        and mean β̂ of the batch, for logging.
-
-        References:
-            - Erol et al., *When Softmax Fails at the Top: Extreme-Value Corrections for InfoNCE*, ICML 2026
-              (arXiv:2606.00262).
-            - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
-
-        Requirements:
-            Batches of at least 2 examples; duplicate-free batches are not required (exact duplicates are safe).
-
-        Inputs:
-            +-------------------------------------------------+--------+
-            | Inputs                                          | Labels |
-            +=================================================+========+
-            | (anchor,) single sentences: unsupervised SimCSE | none   |
-            +-------------------------------------------------+--------+
-            | (anchor, positive) pairs                        | none   |
-            +-------------------------------------------------+--------+
-            | (anchor, positive, negative_1, ..., negative_n) | none   |
-            +-------------------------------------------------+--------+
-
-        Relations:
-            - A drop-in for ``MultipleNegativesRankingLoss(model, **options)``: the same options, and at λ = 0 the
-              same loss and gradients (``tests/test_mnrl_equivalence.py``).
-            - :class:`~simcse_weince.InfoNCELoss` is the λ = 0 baseline on the same inputs (equal to
-              ``MultipleNegativesRankingLoss(model, **options)``).
-            - :class:`~simcse_weince.CachedWeinceLoss` is its GradCache version (large batches, bounded memory).
-
-        Example:
-            ::
-
-                from datasets import Dataset
-                from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-                from simcse_weince import WeinceLoss
-
-                model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2")
-                train_dataset = Dataset.from_dict({"text": [
-                    "A man is playing a guitar.", "The cat sleeps on the sofa.",
-                    "Stocks fell sharply on Monday.", "She is reading a book in the park.",
-                ]})
-                loss = WeinceLoss(model)  # one column: unsupervised SimCSE with dropout positives
-                trainer = SentenceTransformerTrainer(model=model, train_dataset=train_dataset, loss=loss)
-                trainer.train()
-                print(loss.last_diagnostics)
-
-            The symmetric loss of a retrieval recipe, as with MNRL::
-
-                loss = WeinceLoss(model, directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction")
-        """
-        if similarity_fct is not None and not is_cosine(similarity_fct):
-            raise ValueError(
-                f"WeinceLoss takes cosine similarity only (similarity_fct=cos_sim), got "
-                f"{getattr(similarity_fct, '__name__', similarity_fct)!r}: its shortfall logit -log(1 - s) needs "
-                f"similarities bounded by 1; use InfoNCELoss for other similarities"
-            )
-        super().__init__(
-            model, temperature, scale=scale, config=config, gather_across_devices=gather_across_devices,
-            similarity_fct=similarity_fct, directions=directions, partition_mode=partition_mode,
-            hardness_mode=hardness_mode, hardness_strength=hardness_strength,
-        )  # fmt: skip
-
     def get_config_dict(self) -> dict[str, Any]:
-        return {**self.contrastive_options(), **self.config.to_dict()}
+        return {**self.contrastive_options(), **self.weince.to_dict()}
 
     @property
     def citation(self) -> str:

@@ -11,7 +11,7 @@ from torch import nn
 from transformers import TrainerCallback
 
 from simcse_weince.losses._columns import ColumnsLoss
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
+from simcse_weince.weince.loss import STATISTIC_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -120,11 +120,11 @@ class WeinceStatisticsCallback(TrainerCallback):
     def _collect(self) -> None:
         """Add each loss's latest statistics (if new) to the sums, on the device, without synchronising."""
         for name, loss in self.losses.items():
-            last = getattr(loss, "_last", None)  # the EmbeddingsLoss of the loss's last call (ColumnsLoss)
+            last = loss.last_batch  # the EmbeddingsLoss of the loss's last call
             if last is None or last is self._read.get(name) or not last.statistics:
                 continue
             self._read[name] = last
-            values = torch.stack([last.statistics[key].detach() for key in DIAGNOSTIC_KEYS])
+            values = torch.stack([last.statistics[key].detach() for key in STATISTIC_KEYS])
             self._sums[name] = values if name not in self._sums else self._sums[name] + values
             self._counts[name] = self._counts.get(name, 0) + 1
 
@@ -141,7 +141,7 @@ class WeinceStatisticsCallback(TrainerCallback):
         averages = {}
         for name, total in self._sums.items():
             means = (total.cpu().double() / self._counts[name]).tolist()  # the one device synchronisation per log
-            averages.update({self._key(name, key): value for key, value in zip(DIAGNOSTIC_KEYS, means)})
+            averages.update({self._key(name, key): value for key, value in zip(STATISTIC_KEYS, means)})
         self._sums.clear()
         self._counts.clear()
         record = state.log_history[-1] if state.log_history else None

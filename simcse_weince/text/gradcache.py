@@ -56,7 +56,7 @@ def row_chunks(batch: dict, num_columns: int, mini_batch_size: int) -> list[dict
 def gradcache_forward_backward(model, batch: dict, objective, accelerator, mini_batch_size: int, num_columns: int = 1):
     """The loss of one contrastive batch and its gradients (accumulated into the model's ``.grad``), computed a
     chunk of ``mini_batch_size`` rows at a time: the same loss and gradients as one forward and backward over the
-    batch. ``(detached loss, diagnostics)``."""
+    batch. ``(detached loss, statistics)``."""
     # on first use: importing sentence-transformers costs the trainer's start-up seconds (`python -X importtime`),
     # and a run without mini_batch_size never needs it
     from sentence_transformers.base.losses.gradcache import RandContext
@@ -68,7 +68,7 @@ def gradcache_forward_backward(model, batch: dict, objective, accelerator, mini_
             random_states.append(RandContext(*chunk.values()))
             chunk_views.append(encode_columns(model, chunk, num_columns))
     views = [torch.cat(column).requires_grad_() for column in zip(*chunk_views)]
-    loss, diagnostics = objective(*views)
+    loss, statistics = objective(*views)
     accelerator.backward(loss)
 
     sizes = [len(chunk_view[0]) for chunk_view in chunk_views]
@@ -84,4 +84,4 @@ def gradcache_forward_backward(model, batch: dict, objective, accelerator, mini_
                 for embedding, gradient in zip(embeddings, gradients)
             )
             surrogate.backward()
-    return loss.detach(), diagnostics
+    return loss.detach(), statistics

@@ -2,7 +2,7 @@
 
 Unsupervised (one sentence a line): every sentence is encoded twice in one forward pass over the doubled batch;
 the two dropout masks make the positive pair, the other sentences of the (global) batch are the negatives (WEINCE's
-``simcse`` geometry, :class:`~simcse_weince.training.objective.ContrastiveObjective`). Supervised (pairs or
+``simcse`` geometry, :class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`). Supervised (pairs or
 triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one forward pass; the second column is
 the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
 scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. The loop itself (run folder,
@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.encoder_checks import check_max_length
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.paths import resolve_data_dir
 from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.config import TrainConfig, resolve_eval_bf16, resolve_length_chunks
@@ -48,7 +49,6 @@ from simcse_weince.text.results import (
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.flops import encoder_dimensions, encoder_training_flops
 from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)
@@ -183,13 +183,13 @@ class TextTask(TrainingTask):
 
     def train_step(self, step: int, batches, log_now: bool) -> dict:
         config, accelerator, model, optimizer = self.config, self.accelerator, self.model, self.optimizer
-        losses, diagnostics, flops = [], [], 0
+        losses, statistics, flops = [], [], 0
         for _ in range(config.gradient_accumulation_steps):
             batch = next(batches)
             flops += self.batch_flops(batch["attention_mask"])  # counted on the host copy: no device sync
             batch = {name: value.to(accelerator.device) for name, value in batch.items()}
             with accelerator.accumulate(model):
-                loss, logs = forward_backward(
+                loss, batch_statistics = forward_backward(
                     model, batch, self.objective, accelerator, config.mini_batch_size, num_columns=len(self.columns),
                 )  # fmt: skip
                 if accelerator.sync_gradients and config.max_grad_norm:
@@ -198,8 +198,8 @@ class TextTask(TrainingTask):
                 self.scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
             losses.append(loss.detach())
-            diagnostics.append(logs)
-        entry = _step_entry(step, losses, diagnostics, self.scheduler.get_last_lr()[0])  # one device sync
+            statistics.append(batch_statistics)
+        entry = _step_entry(step, losses, statistics, self.scheduler.get_last_lr()[0])  # one device sync
         return {**entry, "model_flops": flops} if self.counts_flops else entry
 
     def evaluate(self, step: int, write) -> None:
@@ -218,13 +218,13 @@ def forward_backward(
     columns of pairs and triplets) and one backward; with ``mini_batch_size``, GradCache
     (:func:`~simcse_weince.text.gradcache.gradcache_forward_backward`: the same loss and gradients, only
     ``mini_batch_size`` rows' activations alive at a time). The model's training forward (length chunks, unpadded
-    layers: :mod:`simcse_weince.text.fast_path`) applies to every forward. ``(loss, diagnostics)``."""
+    layers: :mod:`simcse_weince.text.fast_path`) applies to every forward. ``(loss, statistics)``."""
     if mini_batch_size:
         return gradcache_forward_backward(model, batch, objective, accelerator, mini_batch_size, num_columns)
     views = encode_columns(model, batch, num_columns)
-    loss, diagnostics = objective(*views)
+    loss, statistics = objective(*views)
     accelerator.backward(loss)
-    return loss, diagnostics
+    return loss, statistics
 
 
 def _load_model_and_data(config: TrainConfig, train_file: Path, accelerator=None):
@@ -299,12 +299,12 @@ def _optimizer_and_schedule(model, config: TrainConfig, total_steps: int):
     return optimizer, get_scheduler(config.lr_scheduler, optimizer, config.warmup_steps, total_steps)
 
 
-def _step_entry(step: int, losses: list, diagnostics: list[dict], learning_rate: float) -> dict:
+def _step_entry(step: int, losses: list, statistics: list[dict], learning_rate: float) -> dict:
     """The logged values of one optimizer step, averaged over its micro-batches, in one device synchronisation."""
-    names = list(diagnostics[0])
+    names = list(statistics[0])
     values = torch.stack(
         [torch.stack(losses).float().mean()]
-        + [torch.stack([d[name] for d in diagnostics]).float().mean() for name in names]
+        + [torch.stack([batch[name] for batch in statistics]).float().mean() for name in names]
     ).tolist()
     return {"step": step, "loss": values[0], "learning_rate": learning_rate, **dict(zip(names, values[1:]))}
 

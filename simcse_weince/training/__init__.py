@@ -2,10 +2,12 @@
 
 ==========================  ==========================================================================
 ``training/loop.py``        :func:`run_training`: the one training loop, driven by a task per trainer
-``training/objective.py``   :class:`ContrastiveObjective`: WEINCE or InfoNCE by name, gathered, in float32
 ``training/runs.py``        the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
 ``training/tracking.py``    metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
 ``training/accelerator.py`` the Accelerator: processes, device, ``--mixed-precision auto``
 ``training/flops.py``       model FLOPs of a step's real tokens and the measured matmul peak: FLOP utilisation
 ==========================  ==========================================================================
+
+The loss both trainers optimise sits with the other losses, on the path from embeddings to the loss:
+:class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`.
 """

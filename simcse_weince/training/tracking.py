@@ -21,7 +21,7 @@ import torch
 
 from simcse_weince.precision import precision_label
 from simcse_weince.training.signals import InterruptFlag
-from simcse_weince.weince.loss import DIAGNOSTIC_KEYS
+from simcse_weince.weince.loss import STATISTIC_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _mean(values):
 def summarize_lambda(history: list[dict]) -> dict:
     """Mean over training and the last value of each λ statistic (empty for InfoNCE)."""
     summary = {}
-    for name in DIAGNOSTIC_KEYS:
+    for name in STATISTIC_KEYS:
         values = [entry[name] for entry in history if name in entry]
         if values:
             summary[name] = {"mean": _mean(values), "last": values[-1]}
@@ -153,7 +153,7 @@ def summarize_lambda(history: list[dict]) -> dict:
 
 
 #: how each λ statistic is shown in the progress bar: label, format
-_POSTFIX = dict(zip(DIAGNOSTIC_KEYS, (("λ", ".3f"), ("λ>.5", ".2f"), ("ρ0", ".3f"), ("ΔAIC", ".1f"), ("β̂", ".2f"))))
+_POSTFIX = dict(zip(STATISTIC_KEYS, (("λ", ".3f"), ("λ>.5", ".2f"), ("ρ0", ".3f"), ("ΔAIC", ".1f"), ("β̂", ".2f"))))
 
 
 def progress_postfix(

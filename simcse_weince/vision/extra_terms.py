@@ -89,7 +89,7 @@ class TopMExtraTerms(nn.Module):
         super().__init__()
         self.config = config or ExtraTermsConfig()
         self.register_buffer("beta", torch.tensor(float(self.config.initial_beta), dtype=torch.float64))
-        self.last_diagnostics: dict[str, float] = {}
+        self.last_statistics: dict[str, float] = {}
 
     @torch.no_grad()
     def update_beta(self, negative_shortfalls: torch.Tensor) -> None:
@@ -101,7 +101,7 @@ class TopMExtraTerms(nn.Module):
         if accepted:
             observed = min(max(slope, cfg.beta_min), cfg.beta_max)
             self.beta.mul_(cfg.momentum).add_((1.0 - cfg.momentum) * observed)
-        self.last_diagnostics = {"batch_slope": slope, "batch_r2": r2, "slope_accepted": float(accepted)}
+        self.last_statistics = {"batch_slope": slope, "batch_r2": r2, "slope_accepted": float(accepted)}
 
     def forward(self, z1: torch.Tensor, z2: torch.Tensor, *, temperature: float) -> torch.Tensor:
         cfg = self.config
@@ -122,7 +122,7 @@ class TopMExtraTerms(nn.Module):
         shortfall_logits = -self.beta.float() * torch.log((1.0 - selected).clamp_min(cfg.eps))
         loss_shortfall = F.cross_entropy(shortfall_logits, target)
         loss_softmax = F.cross_entropy(selected / float(temperature), target)
-        self.last_diagnostics.update(
+        self.last_statistics.update(
             {
                 "beta_t": float(self.beta),
                 "extra_shortfall_ce": float(loss_shortfall.detach()),

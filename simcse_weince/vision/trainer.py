@@ -1,7 +1,7 @@
 """SimCLR pretraining with WEINCE or InfoNCE (NT-Xent) on 🤗 Accelerate: the loop, top to bottom.
 
 Two augmented views per image, one forward pass over both views (they share BatchNorm statistics), the loss
-on the projections (:class:`~simcse_weince.training.objective.ContrastiveObjective`, ``simclr`` geometry:
+on the projections (:class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`, ``simclr`` geometry:
 gathered across processes with gradient, in float32), Adam. The run folder, atomic checkpoints, exact resume,
 ``metrics.csv`` / TensorBoard, Ctrl-C and the stop on a non-finite loss come from :mod:`simcse_weince.training`,
 shared with the text trainer. The last step is always checkpointed: ``simcse-weince vision eval`` reads it.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.safe_load import load_tensors
 from simcse_weince.settings import load_config
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
-from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.runs import CHECKPOINTS, CONFIG_FILE, TRAINER_STATE, latest_checkpoint, read_trainer_state
 from simcse_weince.vision.augment import TwoViews, simclr_augmentation
 from simcse_weince.vision.backbones import SimCLRModel
@@ -46,7 +46,7 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
     ``resume``: True / ``"latest"`` (the newest intact checkpoint in ``output_dir``) or a checkpoint folder. Model,
     optimizer, RNG and extra-term states are restored and training continues at the saved step, with the batches
     and augmentations of the uninterrupted run (mid-epoch too). ``overwrite`` replaces an earlier run in ``output_dir``.
-    ``history`` holds the steps trained by this call (loss and, on logging steps, WEINCE's diagnostics).
+    ``history`` holds the steps trained by this call (loss and, on logging steps, WEINCE's λ statistics).
     """
     return run_training(config, VisionTask(config), resume=resume, overwrite=overwrite)
 
@@ -132,13 +132,13 @@ class VisionTask(TrainingTask):
         (view_1, view_2), _ = next(batches)
         with accelerator.autocast():  # one pass over both views: they share BatchNorm statistics
             projections = self.model(torch.cat([view_1, view_2]).to(accelerator.device))
-        loss, diagnostics = self.objective(*projections.float().chunk(2), diagnostics=log_now)
+        loss, statistics = self.objective(*projections.chunk(2), statistics=log_now)  # cast to float32 there
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
         optimizer.step()
 
         entry = {"step": step, "epoch": (step - 1) // self.steps_per_epoch, "loss": float(loss.detach())}
-        entry.update({name: float(value) for name, value in diagnostics.items()})
+        entry.update({name: float(value) for name, value in statistics.items()})
         return entry
 
     def export(self, run: TrainingRun) -> dict:

@@ -12,7 +12,7 @@ Example::
 
     from simcse_weince.weince import WeinceConfig, weince_loss
 
-    loss = weince_loss(anchors, positives, temperature=0.05, config=WeinceConfig())
+    loss = weince_loss(anchors, positives, temperature=0.05, weince=WeinceConfig())
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ _EXPORTS = {
     "tail_statistics": "tail",
     "mixing_weights": "tail",
     "summarize_statistics": "tail",
-    "DIAGNOSTIC_KEYS": "config",
+    "STATISTIC_KEYS": "config",
     "reference_weince_loss": "reference",
 }
 
 __all__ = list(_EXPORTS)
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+# the λ statistics were called diagnostics, a name now kept for the EVT package simcse_weince.diagnostics
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, renamed={"DIAGNOSTIC_KEYS": "STATISTIC_KEYS"})

@@ -13,7 +13,7 @@ GATES = ("both", "rho", "aic")
 
 #: the names of the λ statistics every log and summary of a batch carries (:func:`~simcse_weince.weince.tail.
 #: summarize_statistics`), defined once; here, without torch, so that plotting a log does not import it
-DIAGNOSTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
+STATISTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
 
 
 @dataclass

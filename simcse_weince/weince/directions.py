@@ -95,7 +95,7 @@ def _hardness_bias(block: _Block, hardness_mode: str | None, hardness_strength: 
     return hardness_strength * block.sims.detach() * mask
 
 
-def _softmax_rows(blocks, biases, *, temperature, config, mixing_weight, statistics, eps):
+def _softmax_rows(blocks, biases, *, temperature, weince, mixing_weight, statistics, eps):
     """Cross-entropy of one softmax over ``blocks`` side by side (target: the first block's positive, which is
     always ``query_to_doc``'s or, per direction, the block's own), and the rows' tail statistics if needed."""
     sims = blocks[0].sims if len(blocks) == 1 else torch.cat([block.sims for block in blocks], dim=1)
@@ -118,9 +118,9 @@ def _softmax_rows(blocks, biases, *, temperature, config, mixing_weight, statist
             not_negative = side_by_side([block.positive for block in blocks])
             if masked is not None:
                 not_negative = not_negative | masked
-            stats = tail_statistics(precise.masked_fill_(not_negative, float("-inf")), config, overwrite=True)
-            weight, rho0 = mixing_weights(stats, config)
-            beta = shortfall_exponent(stats, config)
+            stats = tail_statistics(precise.masked_fill_(not_negative, float("-inf")), weince, overwrite=True)
+            weight, rho0 = mixing_weights(stats, weince)
+            beta = shortfall_exponent(stats, weince)
     if mixing_weight is not None:
         weight = torch.full((num_anchors,), float(mixing_weight), dtype=sims.dtype, device=sims.device)
         beta = beta if beta is not None else torch.zeros_like(weight)
@@ -151,7 +151,7 @@ def directions_loss(
     directions: Sequence[str],
     partition_mode: str = "joint",
     temperature: float,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     mixing_weight: float | None = None,
     hardness_mode: str | None = None,
     hardness_strength: float = 0.0,
@@ -168,7 +168,7 @@ def directions_loss(
         partition_mode: ``"joint"`` (one softmax per anchor over its blocks side by side) or ``"per_direction"``
             (one per direction, losses averaged).
         temperature: τ.
-        config: WEINCE's settings (the paper's for None).
+        weince: WEINCE's settings (the paper's for None).
         mixing_weight: override λ (0: InfoNCE, MNRL exactly); None: WEINCE's λ per row.
         hardness_mode, hardness_strength: MNRL's hardness weighting ``α · stop_grad(s)`` on the ``query_to_doc``
             entries the mode selects (None or α = 0: off).
@@ -179,7 +179,7 @@ def directions_loss(
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
     """
-    config = config or _DEFAULT_CONFIG
+    weince = weince or _DEFAULT_CONFIG
     if similarity is not None and (mixing_weight is None or float(mixing_weight) != 0.0 or return_stats):
         raise ValueError("WEINCE's tail statistics and shortfall logit need cosine similarities (similarity=None)")
     compute_dtype = statistics_dtype(queries, documents)
@@ -187,8 +187,8 @@ def directions_loss(
         queries, documents = queries.to(compute_dtype), documents.to(compute_dtype)
     blocks = _blocks(queries, documents, directions, similarity, compute_dtype)
     biases = [_hardness_bias(blocks[0], hardness_mode, hardness_strength)] + [None] * (len(blocks) - 1)
-    options = {"temperature": float(temperature), "config": config, "mixing_weight": mixing_weight,
-               "statistics": return_stats, "eps": config.eps}  # fmt: skip
+    options = {"temperature": float(temperature), "weince": weince, "mixing_weight": mixing_weight,
+               "statistics": return_stats, "eps": weince.eps}  # fmt: skip
     if partition_mode == "joint":
         parts = [_softmax_rows(blocks, biases, **options)]
     else:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from simcse_weince.deprecation import renamed_value
 from simcse_weince.weince.config import GATES, WeinceConfig
 from simcse_weince.weince.speedups import (
     _autocast_off,
@@ -36,7 +37,7 @@ from simcse_weince.weince.speedups import (
     _WeinceCrossEntropy,
 )
 from simcse_weince.weince.tail import (
-    DIAGNOSTIC_KEYS,
+    STATISTIC_KEYS,
     TailStatistics,
     mixing_weights,
     shortfall_exponent,
@@ -55,7 +56,7 @@ __all__ = [
     "mixing_weights",
     "summarize_statistics",
     "weince_logits",
-    "DIAGNOSTIC_KEYS",
+    "STATISTIC_KEYS",
     "GEOMETRIES",
     "GATES",
     "HARDNESS_MODES",
@@ -222,12 +223,12 @@ def _similarities(anchors, candidates, geometry):
     return cosine_similarity_matrix(views, views)
 
 
-def _batch_statistics(precise_sims, layout: _Layout, config: WeinceConfig) -> TailStatistics:
+def _batch_statistics(precise_sims, layout: _Layout, weince: WeinceConfig) -> TailStatistics:
     """Tail statistics of every anchor's negatives from float64 similarities, without gradient."""
     with torch.no_grad():  # in place: the float64 matrix serves nothing else
         for offset in layout.not_negative_diagonals:
             precise_sims.diagonal(offset).fill_(float("-inf"))
-        return tail_statistics(precise_sims, config, num_negatives=layout.num_negatives, overwrite=True)
+        return tail_statistics(precise_sims, weince, num_negatives=layout.num_negatives, overwrite=True)
 
 
 def _cross_entropy(logits, layout: _Layout):
@@ -251,12 +252,13 @@ def weince_loss(
     candidates: torch.Tensor,
     *,
     temperature: float,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     geometry: str = "simcse",
     return_stats: bool = False,
     mixing_weight: torch.Tensor | None = None,
     hardness_strength: float = 0.0,
     hardness_mode: str = "in_batch_negatives",
+    config: WeinceConfig | None = None,
 ):
     """WEINCE contrastive loss (mean over anchors).
 
@@ -267,7 +269,7 @@ def weince_loss(
             ``simclr``: the second views, ``N x d``; every one of the 2N rows of ``[anchors; candidates]`` is an
             anchor whose positive is its other view and whose negatives are the other 2N - 2 rows.
         temperature: tau > 0 of the InfoNCE part.
-        config: :class:`WeinceConfig` (defaults to the paper's settings).
+        weince: :class:`WeinceConfig` (defaults to the paper's settings; ``config=`` is its old, deprecated name).
         geometry: ``"simcse"`` or ``"simclr"``.
         return_stats: also return a dict of detached statistics: per-anchor ``mixing_weight``, ``delta_aic``,
             ``rho``, ``beta_hat``, ``beta`` (the exponent used), the scalar ``rho0``, and ``logits`` (simcse:
@@ -285,18 +287,20 @@ def weince_loss(
     Returns:
         The scalar loss (float32, or float64 for float64 inputs), or ``(loss, stats)``.
     """
-    config = config or _DEFAULT_CONFIG
-    if not isinstance(config, WeinceConfig):
-        raise TypeError(f"config must be a WeinceConfig, got {type(config).__name__}")
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "weince_loss")
+    weince = weince or _DEFAULT_CONFIG
+    if not isinstance(weince, WeinceConfig):
+        raise TypeError(f"weince must be a WeinceConfig, got {type(weince).__name__}")
     _validate_embeddings(anchors, candidates, geometry, temperature)
     check_hardness_strength(hardness_strength)
     temperature = float(temperature)
     compute_dtype = statistics_dtype(anchors, candidates)
     sims, precise_sims = _PreciseCosineSimilarity.apply(anchors, candidates, geometry == "simclr", compute_dtype)
     layout = _layout(geometry, sims.shape[0], sims.shape[1], sims.device)
-    stats = _batch_statistics(precise_sims, layout, config)
+    stats = _batch_statistics(precise_sims, layout, weince)
     with torch.no_grad():
-        weight, rho0 = mixing_weights(stats, config)
+        weight, rho0 = mixing_weights(stats, weince)
         if mixing_weight is not None:
             weight = torch.as_tensor(mixing_weight, dtype=weight.dtype, device=sims.device).expand_as(weight)
             if not bool(((weight >= 0) & (weight <= 1)).all()):  # NaN fails both comparisons
@@ -304,7 +308,7 @@ def weince_loss(
                     f"mixing_weight must be in [0, 1] (0: InfoNCE, 1: the shortfall logit alone), got "
                     f"{_summarize_bad_weight(weight)}"
                 )
-        beta = shortfall_exponent(stats, config)
+        beta = shortfall_exponent(stats, weince)
         infonce_scale, shortfall_scale = _logit_scales(weight, beta, temperature, compute_dtype)
         # a constant of the logits (no gradient through it), so the closed-form backward's slope is unchanged
         hardness_bias = (
@@ -312,7 +316,7 @@ def weince_loss(
         )
     with _autocast_off(sims.device.type):
         loss, logits = _WeinceCrossEntropy.apply(
-            sims, infonce_scale, shortfall_scale, layout, config.eps, hardness_bias
+            sims, infonce_scale, shortfall_scale, layout, weince.eps, hardness_bias
         )
     _raise_if_not_finite(loss, anchors, candidates)
     if not return_stats:

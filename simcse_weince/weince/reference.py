@@ -33,7 +33,7 @@ def reference_weince_loss(
     *,
     geometry: str = "simcse",
     temperature: float,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     mixing_weight: float | torch.Tensor | None = None,
     hardness_strength: float = 0.0,
     hardness_mode: str = "in_batch_negatives",
@@ -44,7 +44,7 @@ def reference_weince_loss(
     ``beta_hat``, ``beta``, the scalar ``rho0`` and the ``logits`` (simcse: anchors x candidates; simclr: 2N x
     (2N-1), the positive first, then the negatives in row order).
     """
-    config = config or WeinceConfig()
+    weince = weince or WeinceConfig()
     # section 1: similarities, and each anchor's positive and negatives
     if geometry == "simclr":  # every row of z = [u; v] is an anchor; its positive is its other view
         anchors = candidates = torch.cat([anchors, candidates])
@@ -59,23 +59,23 @@ def reference_weince_loss(
     negative_of = candidate_of & (torch.arange(num_candidates) != positives[:, None])
 
     # sections 4-5: each anchor's tail statistics and mixing weight, without gradient
-    tails = [_anchor_tail(sims[i][negative_of[i]].detach(), config) for i in range(num_anchors)]
+    tails = [_anchor_tail(sims[i][negative_of[i]].detach(), weince) for i in range(num_anchors)]
     rho, delta_aic, beta_hat = torch.tensor([tail[:3] for tail in tails], dtype=torch.float64).T
     degenerate = any(tail[3] for tail in tails)
-    rho0 = rho.sort().values[(num_anchors - 1) // 2 if degenerate else round(config.quantile * (num_anchors - 1))]
-    lambda_rho = torch.sigmoid(config.kappa_rho * (rho0.log() - rho.log()))
-    lambda_aic = torch.sigmoid(config.kappa_aic * (delta_aic - config.aic_margin))
-    weight = {"both": lambda_rho * lambda_aic, "rho": lambda_rho, "aic": lambda_aic}[config.gate]
+    rho0 = rho.sort().values[(num_anchors - 1) // 2 if degenerate else round(weince.quantile * (num_anchors - 1))]
+    lambda_rho = torch.sigmoid(weince.kappa_rho * (rho0.log() - rho.log()))
+    lambda_aic = torch.sigmoid(weince.kappa_aic * (delta_aic - weince.aic_margin))
+    weight = {"both": lambda_rho * lambda_aic, "rho": lambda_rho, "aic": lambda_aic}[weince.gate]
     if mixing_weight is not None:
         weight = torch.as_tensor(mixing_weight, dtype=torch.float64).expand(num_anchors)
-    if config.beta == "estimated":
-        beta = beta_hat.clamp(config.beta_min, config.beta_max)
+    if weince.beta == "estimated":
+        beta = beta_hat.clamp(weince.beta_min, weince.beta_max)
     else:
-        beta = torch.full((num_anchors,), float(config.beta), dtype=torch.float64)
+        beta = torch.full((num_anchors,), float(weince.beta), dtype=torch.float64)
 
     # section 3: the blended logits (gradients flow through s in both terms), then InfoNCE's cross-entropy
     lam, beta_col = weight[:, None], beta[:, None]
-    shortfall_logit = -torch.log(1 - torch.clamp(sims, max=1 - config.eps))
+    shortfall_logit = -torch.log(1 - torch.clamp(sims, max=1 - weince.eps))
     logits = (1 - lam) * sims / temperature + lam * beta_col * shortfall_logit
     if hardness_strength:  # ours (docs/experiments.md, Studies 2-3): α · stop_grad(s) on the chosen negatives
         chosen = _hardness_columns(hardness_mode, num_anchors, num_candidates) if geometry == "simcse" else negative_of
@@ -88,14 +88,14 @@ def reference_weince_loss(
     return loss, {**stats, "logits": logits.detach()}
 
 
-def _anchor_tail(negatives: torch.Tensor, config: WeinceConfig):
+def _anchor_tail(negatives: torch.Tensor, weince: WeinceConfig):
     """``(rho, delta_aic, beta_hat, degenerate)`` of one anchor's negative similarities (section 4, steps 1-6)."""
     num_negatives = negatives.numel()
-    k = max(config.min_tail_points, round(config.tail_fraction * num_negatives))
+    k = max(weince.min_tail_points, round(weince.tail_fraction * num_negatives))
     k = min(k, num_negatives)
     k = max(10, k)
     k = min(k, num_negatives)
-    shortfalls = (1 - negatives.sort(descending=True).values[:k]).clamp_min(config.eps)  # ascending
+    shortfalls = (1 - negatives.sort(descending=True).values[:k]).clamp_min(weince.eps)  # ascending
     burn_in = max(1, k // 20)
     n = k - burn_in
     if n < 2:  # the authors' fallback for degenerate tails

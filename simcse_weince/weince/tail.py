@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from simcse_weince.weince.config import DIAGNOSTIC_KEYS, WeinceConfig
+from simcse_weince.deprecation import renamed_value
+from simcse_weince.weince.config import STATISTIC_KEYS, WeinceConfig
 from simcse_weince.weince.speedups import _hardest_shortfalls
 
 __all__ = [
@@ -21,10 +22,10 @@ __all__ = [
     "summarize_statistics",
     "statistics_dtype",
     "shortfall_exponent",
-    "DIAGNOSTIC_KEYS",
+    "STATISTIC_KEYS",
 ]
 
-# what a call without a config uses: built (and validated) once, not on every call; only read here
+# what a call without a WeinceConfig uses: built (and validated) once, not on every call; only read here
 _DEFAULT_CONFIG = WeinceConfig()
 
 
@@ -50,9 +51,9 @@ def statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
 # ----------------------------------------------------------------------------------- tail statistics
 
 
-def _tail_size(num_negatives: int, config: WeinceConfig) -> int:
+def _tail_size(num_negatives: int, weince: WeinceConfig) -> int:
     """k, the number of hardest negatives that form an anchor's tail (spec section 4 step 1)."""
-    k = max(int(config.min_tail_points), round(config.tail_fraction * num_negatives))
+    k = max(int(weince.min_tail_points), round(weince.tail_fraction * num_negatives))
     k = min(k, num_negatives)
     k = max(10, k)
     return min(k, num_negatives)
@@ -90,17 +91,19 @@ def _centred_link_targets(k: int, burn_in: int, dtype, device) -> torch.Tensor:
 
 def tail_statistics(
     negative_similarities: torch.Tensor,
-    config: WeinceConfig | None = None,
+    weince: WeinceConfig | None = None,
     *,
     num_negatives: int | None = None,
     overwrite: bool = False,
+    config: WeinceConfig | None = None,
 ) -> TailStatistics:
     """Per-anchor tail statistics of the hardest negatives (spec section 4), without gradient.
 
     Args:
         negative_similarities: ``A x K`` cosine similarities of each anchor to its negatives. Entries that
             are not negatives (the positive, the anchor itself, padding) must be ``-inf``: they are left out.
-        config: a :class:`WeinceConfig` (tail_fraction, min_tail_points and eps are used).
+        weince: a :class:`WeinceConfig` (tail_fraction, min_tail_points and eps are used; ``config=`` is its old,
+            deprecated name).
         num_negatives: when every row holds exactly this many finite entries, say so: the statistics then
             take the fast path with no per-row counting (and no device synchronisation).
         overwrite: the caller will not read ``negative_similarities`` again (float32/float64 only), so the top-k may
@@ -109,7 +112,9 @@ def tail_statistics(
     Returns:
         :class:`TailStatistics` with ``rho``, ``delta_aic``, ``beta_hat`` (length A) in float32/float64.
     """
-    config = config or _DEFAULT_CONFIG
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "tail_statistics")
+    weince = weince or _DEFAULT_CONFIG
     if negative_similarities.dim() != 2 or negative_similarities.shape[1] < 1:
         raise ValueError(
             f"negative_similarities must be A x K with K >= 1, got shape {tuple(negative_similarities.shape)}"
@@ -121,9 +126,9 @@ def tail_statistics(
         if min(counts) < 1:
             raise ValueError("every anchor needs at least one finite negative similarity")
         if len(set(counts)) > 1:
-            return _masked_tail_statistics(sims, counts, config)
+            return _masked_tail_statistics(sims, counts, weince)
         num_negatives = counts[0]
-    return _uniform_tail_statistics(sims, _tail_size(num_negatives, config), config.eps, overwrite)
+    return _uniform_tail_statistics(sims, _tail_size(num_negatives, weince), weince.eps, overwrite)
 
 
 def _fit_lines(log_shortfalls: torch.Tensor, centred_targets: torch.Tensor, weights=None):
@@ -170,12 +175,12 @@ def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float, overwrite: 
     return TailStatistics(rho, delta_aic, beta_hat, torch.full_like(rho, n), False)
 
 
-def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], config: WeinceConfig):
+def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], weince: WeinceConfig):
     """Tail statistics when anchors have different numbers of valid negatives (padding excluded)."""
-    sizes = [_tail_size(c, config) for c in counts]
+    sizes = [_tail_size(c, weince) for c in counts]
     tail_sizes = torch.tensor(sizes, device=sims.device)
     k_max = max(sizes)
-    hardest_shortfalls = _hardest_shortfalls(sims, k_max, config.eps)
+    hardest_shortfalls = _hardest_shortfalls(sims, k_max, weince.eps)
     ranks = torch.arange(1, k_max + 1, device=sims.device, dtype=sims.dtype)[None, :]  # 1 x k_max
     k = tail_sizes.to(sims.dtype)[:, None]
     burn_in = torch.tensor([_burn_in(k) for k in sizes], device=sims.device, dtype=sims.dtype)[:, None]
@@ -195,34 +200,37 @@ def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], config: Weinc
     return TailStatistics(rho, delta_aic, beta_hat, n, bool(degenerate.any()))
 
 
-def mixing_weights(stats: TailStatistics, config: WeinceConfig | None = None):
-    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5).
+def mixing_weights(stats: TailStatistics, weince: WeinceConfig | None = None, *, config: WeinceConfig | None = None):
+    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5), under
+    ``weince`` (``config=`` is its old, deprecated name).
 
     Returns ``(mixing_weight, rho0)``.
     """
-    config = config or _DEFAULT_CONFIG
+    if config is not None:  # its old name
+        weince = renamed_value(config, weince, "config", "weince", "mixing_weights")
+    weince = weince or _DEFAULT_CONFIG
     rho = stats.rho
     # the authors' fallback for degenerate tails is the lower median
-    rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(config.quantile * (rho.numel() - 1))
+    rank = (rho.numel() - 1) // 2 if stats.any_degenerate else round(weince.quantile * (rho.numel() - 1))
     rho0 = rho.kthvalue(rank + 1).values
-    lambda_rho = torch.div(rho0, rho).log_().mul_(config.kappa_rho).sigmoid_()  # sigmoid(kappa log(rho0 / rho))
-    if config.gate == "rho":
+    lambda_rho = torch.div(rho0, rho).log_().mul_(weince.kappa_rho).sigmoid_()  # sigmoid(kappa log(rho0 / rho))
+    if weince.gate == "rho":
         return lambda_rho, rho0
-    lambda_aic = stats.delta_aic.sub(config.aic_margin).mul_(config.kappa_aic).sigmoid_()
-    if config.gate == "aic":
+    lambda_aic = stats.delta_aic.sub(weince.aic_margin).mul_(weince.kappa_aic).sigmoid_()
+    if weince.gate == "aic":
         return lambda_aic, rho0
     return lambda_rho.mul_(lambda_aic), rho0
 
 
-def shortfall_exponent(stats: TailStatistics, config: WeinceConfig) -> torch.Tensor:
-    """beta_i of the shortfall logit: the clamped Weibull slope (the paper) or the config's constant."""
-    if config.beta == "estimated":
-        return stats.beta_hat.clamp(config.beta_min, config.beta_max)
-    return torch.full_like(stats.beta_hat, float(config.beta))
+def shortfall_exponent(stats: TailStatistics, weince: WeinceConfig) -> torch.Tensor:
+    """beta_i of the shortfall logit: the clamped Weibull slope (the paper) or the WeinceConfig's constant."""
+    if weince.beta == "estimated":
+        return stats.beta_hat.clamp(weince.beta_min, weince.beta_max)
+    return torch.full_like(stats.beta_hat, float(weince.beta))
 
 
 def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The per-step diagnostics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
+    """The per-step λ statistics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
     share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
     weight = stats["mixing_weight"]
     values = (
@@ -232,4 +240,4 @@ def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tens
         stats["delta_aic"].mean(),
         stats["beta_hat"].mean(),
     )
-    return dict(zip(DIAGNOSTIC_KEYS, values))  # the names of every log, defined once
+    return dict(zip(STATISTIC_KEYS, values))  # the names of every log, defined once
