@@ -19,7 +19,7 @@ _EXPORTS = {
     "infonce_loss": "weince.loss",
     "tail_statistics": "weince.tail",
     "mixing_weights": "weince.tail",
-    "summarize_statistics": "weince.tail",
+    "summarize_statistics": "weince.loss",
     "weince_logits": "weince.loss",
     "WeinceLoss": "losses",
     "InfoNCELoss": "losses",

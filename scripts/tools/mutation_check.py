@@ -92,12 +92,12 @@ MUTATIONS = (
         BRUTE, "spec section 3: beta-hat clamped to [0.5, 16]",
     ),
     Mutation(
-        "core: share of lambda > 0.5 counts lambda = 0.5", TAIL,
+        "core: share of lambda > 0.5 counts lambda = 0.5", CORE,
         (("        (weight > 0.5).float().mean(),", "        (weight >= 0.5).float().mean(),"),),
         HAND, "summarize_statistics values were never checked",
     ),
     Mutation(
-        "core: mean beta reported instead of mean beta-hat", TAIL,
+        "core: mean beta reported instead of mean beta-hat", CORE,
         (('        stats["beta_hat"].mean(),\n', '        stats["beta"].mean(),\n'),),
         HAND, "summarize_statistics values were never checked",
     ),
@@ -394,7 +394,7 @@ MUTATIONS = (
     ),
     # ---- distributed
     Mutation(
-        "distributed: the gathered rows carry no gradient to the other processes", "simcse_weince/distributed.py",
+        "distributed: the gathered rows carry no gradient to the other processes", FROM_EMBEDDINGS,
         (("return all_gather_with_grad(tensor.contiguous())", "return all_gather(tensor.contiguous())"),
          ("from sentence_transformers.util import all_gather_with_grad",
           "from sentence_transformers.util import all_gather")),

@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from simcse_weince.deprecation import renamed_keywords
-from simcse_weince.distributed import gather_with_grad
 from simcse_weince.settings import LOSSES
 from simcse_weince.weince.directions import DIRECTIONS, PARTITION_MODES, directions_loss
 from simcse_weince.weince.loss import (
@@ -100,6 +100,30 @@ class EmbeddingsLoss(NamedTuple):
     statistics: dict[str, Tensor]  # WEINCE's λ statistics (STATISTIC_KEYS), detached 0-d; {} if not asked
     anchors: Tensor  # the anchors the loss saw (gathered across processes when asked)
     candidates: Tensor  # every anchor's candidates, stacked: positives, then each hard-negative column
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``tensor`` from every process along dim 0, keeping the gradient path (sentence-transformers'
+    ``all_gather_with_grad``: torch's differentiable ``all_gather``, whose backward sums the gradients of every
+    process and keeps this process's rows).
+
+    Without a process group (or with one process) the tensor is returned as is. Every process must pass the
+    same shape (drop the last incomplete batch).
+
+    Every process then computes the *same* global loss. The backward pass sums the gradients of all processes
+    (world_size times the gradient of the global loss w.r.t. the local rows), and DDP averages parameter gradients
+    over processes: the two factors cancel, so the update is the gradient of the global-batch loss, exactly as on
+    one device with the whole batch.
+    """
+    if world_size() == 1:
+        return tensor
+    from sentence_transformers.util import all_gather_with_grad
+
+    return all_gather_with_grad(tensor.contiguous())
 
 
 def anchors_and_candidates(columns: Sequence[Tensor], gather: bool) -> tuple[Tensor, Tensor]:

@@ -211,11 +211,3 @@ class TokenizingCollator:
         if encoded["input_ids"].shape[1] > self.max_length:
             check_truncated(encoded["input_ids"].tolist(), self.max_length, "the training sentences")
         return dict(encoded)
-
-
-def trim_trailing_padding(inputs: dict) -> dict:
-    """``inputs`` without the trailing columns that no row attends to (the padding a slice of a batch no longer
-    needs). Leading padding is kept: it carries positions."""
-    attended = inputs["attention_mask"].any(dim=0).nonzero()
-    width = int(attended.max()) + 1 if len(attended) else 1
-    return {name: value[:, :width] for name, value in inputs.items()}

@@ -34,8 +34,7 @@ from contextlib import nullcontext
 
 import torch
 
-from simcse_weince.text.data import trim_trailing_padding
-from simcse_weince.text.model import encode_columns
+from simcse_weince.text.model import encode_columns, trim_trailing_padding
 
 
 def row_chunks(batch: dict, num_columns: int, mini_batch_size: int) -> list[dict]:

@@ -147,6 +147,14 @@ def encode_columns(model, batch: dict, num_columns: int = 1) -> tuple:
     return model(**batch).chunk(num_columns)
 
 
+def trim_trailing_padding(inputs: dict) -> dict:
+    """``inputs`` without the trailing columns that no row attends to (the padding a slice of a batch no longer
+    needs). Leading padding is kept: it carries positions."""
+    attended = inputs["attention_mask"].any(dim=0).nonzero()
+    width = int(attended.max()) + 1 if len(attended) else 1
+    return {name: value[:, :width] for name, value in inputs.items()}
+
+
 class SimCSEModel(nn.Module):
     """A Hugging Face encoder with a SimCSE pooler (and, for ``cls``, the training-only MLP head).
 

@@ -32,7 +32,7 @@ _EXPORTS = {
     "TailStatistics": "tail",
     "tail_statistics": "tail",
     "mixing_weights": "tail",
-    "summarize_statistics": "tail",
+    "summarize_statistics": "loss",
     "STATISTIC_KEYS": "config",
     "reference_weince_loss": "reference",
 }

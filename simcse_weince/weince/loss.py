@@ -42,7 +42,6 @@ from simcse_weince.weince.tail import (
     mixing_weights,
     shortfall_exponent,
     statistics_dtype,
-    summarize_statistics,
     tail_statistics,
 )
 
@@ -405,3 +404,17 @@ def hardness_mask(hardness_mode: str, num_rows: int, num_columns: int, device) -
     if hardness_mode == "hard_negatives":
         return (columns % num_rows == rows) & (columns >= num_rows)
     return columns != rows
+
+
+def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The per-step λ statistics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
+    share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
+    weight = stats["mixing_weight"]
+    values = (
+        weight.mean(),
+        (weight > 0.5).float().mean(),
+        stats["rho0"],
+        stats["delta_aic"].mean(),
+        stats["beta_hat"].mean(),
+    )
+    return dict(zip(STATISTIC_KEYS, values))  # the names of every log, defined once

@@ -19,7 +19,6 @@ __all__ = [
     "TailStatistics",
     "tail_statistics",
     "mixing_weights",
-    "summarize_statistics",
     "statistics_dtype",
     "shortfall_exponent",
     "STATISTIC_KEYS",
@@ -227,17 +226,3 @@ def shortfall_exponent(stats: TailStatistics, weince: WeinceConfig) -> torch.Ten
     if weince.beta == "estimated":
         return stats.beta_hat.clamp(weince.beta_min, weince.beta_max)
     return torch.full_like(stats.beta_hat, float(weince.beta))
-
-
-def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The per-step λ statistics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
-    share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
-    weight = stats["mixing_weight"]
-    values = (
-        weight.mean(),
-        (weight > 0.5).float().mean(),
-        stats["rho0"],
-        stats["delta_aic"].mean(),
-        stats["beta_hat"].mean(),
-    )
-    return dict(zip(STATISTIC_KEYS, values))  # the names of every log, defined once

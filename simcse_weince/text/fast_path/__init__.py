@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from simcse_weince.text.data import trim_trailing_padding
 from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.fast_path.unpadded import supports_unpadded, unpadded_bert_forward
+from simcse_weince.text.model import trim_trailing_padding
 
 logger = logging.getLogger(__name__)
 
