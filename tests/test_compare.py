@@ -361,3 +361,12 @@ def test_study_report_refuses_an_archived_score_outside_its_scale(tmp_path):
     (tmp_path / "comparison.json").write_text(json.dumps(summary))
     with pytest.raises(ValueError, match=r"is -0.5, outside the range of an accuracy x100 \(0 to 100\)"):
         study_report(tmp_path)
+    # a summary written since issue 55 records its kind's scale (and table note), which the check uses
+    summary.pop("task")
+    summary["score_scale"] = {"name": "a score of this test", "low": 0.0, "high": 90.0}
+    runs[3]["stsb_test"] = 95.0
+    (tmp_path / "comparison.json").write_text(json.dumps(summary))
+    with pytest.raises(
+        ValueError, match=r"run 'weince' seed 2: .* is 95.0, outside the range of a score of this test \(0 to 90\)"
+    ):
+        study_report(tmp_path)

@@ -43,7 +43,11 @@ def test_vision_compare_cli_runs_pairs_and_rereads(tmp_path):
             "--report-to", "csv", "--mixed-precision", "no", "--output-dir", str(sweep)]  # fmt: skip
     assert main(args) == 0
     summary = json.loads((sweep / "comparison.json").read_text())
-    assert summary["task"] == "vision" and summary["deltas"] == ["knn@20", "linear_probe"]
+    assert (
+        summary["kind"] == "vision"
+        and summary["score_scale"]["low"] == 0.0
+        and summary["deltas"] == ["knn@20", "linear_probe"]
+    )
     assert {(run["variant"], run["seed"]) for run in summary["runs"]} == {
         (name, seed) for name in ("infonce", "weince", "untrained") for seed in (1, 2)
     }

@@ -55,7 +55,7 @@ class CellKind:
     what a cell runs and which of its numbers are compared, and what its ``compare`` command starts from
     (:func:`simcse_weince.compare.cli.add_compare_command`, which its trainer's CLI module calls)."""
 
-    name: str  # "text", "vision": comparison.json's "task"
+    name: str  # "text", "vision": comparison.json's "kind"
     config_class: type  # the base config's class (TrainConfig, VisionTrainConfig)
     variants: Mapping[str, dict]  # the built-in variants: name -> overrides of the base config
     aliases: Mapping[str, str] | None  # deprecated setting names read in a recorded config (None: none)
@@ -66,6 +66,7 @@ class CellKind:
     dev_curve: str | None  # the key of results["evaluations"] drawn per step (None: no curve)
     data_fingerprint: Callable[..., dict | None]  # config -> what a finished cell records of its data
     score_scale: ScoreScale  # the range of every compared metric and of the dev curve (an archived cell's checked)
+    table_note: str  # what the table's numbers are (the sentence under comparison.md's table)
     # the command line: base_config(preset) (or base_config() for a kind without presets) < --config FILE < flags
     base_config: Callable[..., object]  # -> the base config of a sweep (text: preset(name); vision: the defaults)
     presets: tuple[str, ...]  # the names base_config takes (--preset), the first its default; (): it takes none

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simcse_weince.compare.cells import ACCURACY_X100, CORRELATION_X100
+from simcse_weince.compare.cells import ACCURACY_X100, CORRELATION_X100, ScoreScale
 from simcse_weince.compare.statistics import summarize
 
 
@@ -44,11 +44,7 @@ def format_markdown(summary: dict) -> str:
             row += [delta, wtl, _fmt(difference["wilcoxon_p"], 3)]
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    if summary.get("task", "text") == "text":
-        what = ("Spearman x100; STS-B dev is the best during training, STS avg the test average over the final "
-                "tasks")  # fmt: skip
-    else:
-        what = "accuracy x100 of the frozen backbone on the test split (linear probe: mean of its probe seeds)"
+    what = summary.get("table_note") or _ARCHIVED_KINDS[_archived_kind(summary)][1]
     seeds = f"seed{'s' if len(summary['seeds']) > 1 else ''} {', '.join(map(str, summary['seeds']))}"
     lines.append(
         f"{what}. Mean ± sd over {seeds}; Δ, W/T/L (wins/ties/losses) and "
@@ -98,10 +94,35 @@ def against(summary: dict, other: str) -> list[str]:
     return difference_lines(differences, other, summary, record=True)
 
 
+#: comparison.json files written before a sweep recorded its kind's table note and score scale (issue 55; the
+#: archives under results/) name their kind as "task" (none: the text trainer's, the only kind then): what their
+#: numbers are and the range they take
+_ARCHIVED_KINDS = {
+    "text": (CORRELATION_X100, "Spearman x100; STS-B dev is the best during training, STS avg the test average over "
+             "the final tasks"),
+    "vision": (ACCURACY_X100, "accuracy x100 of the frozen backbone on the test split (linear probe: mean of its "
+               "probe seeds)"),
+}  # fmt: skip
+
+
+def _archived_kind(summary: dict) -> str:
+    kind = summary.get("kind", summary.get("task", "text"))
+    if kind not in _ARCHIVED_KINDS:
+        raise ValueError(f"a comparison of kind {kind!r} records no table_note or score_scale")
+    return kind
+
+
+def _score_scale(summary: dict) -> ScoreScale:
+    recorded = summary.get("score_scale")
+    if isinstance(recorded, dict):
+        return ScoreScale(str(recorded.get("name")), float(recorded["low"]), float(recorded["high"]))
+    return _ARCHIVED_KINDS[_archived_kind(summary)][0]
+
+
 def check_archived_scores(summary: dict, source: Path) -> None:
     """ValueError naming ``source``, the run and the metric when a run's score of a summary cannot have been measured
     (not a number, or outside the scale of its task: a correlation x100 within ±100, an accuracy x100 within 0-100)."""
-    scale = CORRELATION_X100 if summary.get("task", "text") == "text" else ACCURACY_X100
+    scale = _score_scale(summary)
     for run in summary["runs"]:
         for metric, label in summary["metrics"].items():
             value = run.get(metric)

@@ -76,7 +76,9 @@ def compare(
         cell_seconds += results.get("wall_time_seconds") or 0.0
     progress.close()
     summary = {
-        "task": kind.name,
+        "kind": kind.name,
+        "table_note": kind.table_note,
+        "score_scale": {"name": kind.score_scale.name, "low": kind.score_scale.low, "high": kind.score_scale.high},
         "baseline": baseline,
         "seeds": list(seeds),
         "variants": {name: variants[name] for name in variants},

@@ -86,6 +86,7 @@ TEXT_CELLS = CellKind(
     dev_curve="stsb_dev_spearman",
     data_fingerprint=text_data_fingerprint,
     score_scale=CORRELATION_X100,
+    table_note="Spearman x100; STS-B dev is the best during training, STS avg the test average over the final tasks",
     base_config=preset,
     presets=tuple(PRESETS),
     field_choices=FIELD_CHOICES,

@@ -103,6 +103,7 @@ VISION_CELLS = CellKind(
     dev_curve=None,
     data_fingerprint=vision_data_fingerprint,
     score_scale=ACCURACY_X100,
+    table_note="accuracy x100 of the frozen backbone on the test split (linear probe: mean of its probe seeds)",
     base_config=VisionTrainConfig,
     presets=(),
     field_choices=FIELD_CHOICES,
