@@ -137,7 +137,7 @@ def test_the_graph_sees_imports_and_a_planted_cycle_is_found():
 @pytest.mark.parametrize("folder", ["compare", "training", "losses", "weince"])
 def test_shared_machinery_knows_no_trainer(folder):
     """compare/'s modules (but its command-line wiring), the shared training loop, the losses and the core import
-    nothing from text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingTask)."""
+    nothing from text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingRecipe)."""
     for path in sorted((ROOT / folder).glob("*.py")):
         if path.name == "cli.py":
             continue
