@@ -152,7 +152,6 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
     """Train ``recipe`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
     result of ``recipe.export``. ``resume`` and ``overwrite`` as in :class:`~simcse_weince.training.runs.RunFolder`."""
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
     config.validate()
@@ -171,14 +170,7 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
         set_seed(config.seed)  # before the model: initialisations depend on it
         model, run.total_steps = recipe.build(run)
         options = recipe.options()
-        state = new_trainer_state(**recipe.initial_state())
-        if folder.checkpoint is not None:
-            fresh = state
-            state = load_checkpoint(accelerator, folder.checkpoint)
-            check_same_data(state, fresh, folder.checkpoint)
-            state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
-            logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
-            timer.restore(state)
+        state = start_or_resume_state(recipe, run, folder)
         folder.claim(config, state["run_id"])
         run.state, run.start_step = state, state["step"]
         start_step, total_steps = run.start_step, run.total_steps
@@ -190,14 +182,7 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
         recipe.before_training(run)
 
         # --- the loop -------------------------------------------------------------------------------------------
-        logger.info(
-            "%s on %d process(es), %s, %s%s", recipe.describe(run), accelerator.num_processes, accelerator.device,
-            precision_label(mixed_precision), " (mixed precision auto)" if config.mixed_precision == "auto" else "",
-        )  # fmt: skip
-        progress = tqdm(
-            total=total_steps, initial=start_step, desc=options.progress_desc,
-            disable=not accelerator.is_local_main_process, dynamic_ncols=True,
-        )  # fmt: skip
+        progress = start_progress(recipe, run, options)
         batches = iter(loader)
         model.train()
         session_seconds, session_flops, checkpoint, saved_step = 0.0, 0, folder.checkpoint, start_step
@@ -213,21 +198,7 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
                 log_now = step % options.logging_steps == 0 or step == total_steps
                 entry = recipe.train_step(step, batches, log_now)
                 session_seconds += time.perf_counter() - step_start
-                state["train_seconds"] += time.perf_counter() - step_start
-                state["step"] = step
-                check_finite(entry["loss"], step, folder.checkpoints)
-                step_flops = entry.pop("model_flops", None)
-                if log_now:
-                    accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
-                # in the history, not tracked metrics: both cumulative, so any span of steps gives its FLOP/s
-                entry["train_seconds"] = state["train_seconds"]
-                if step_flops is not None:
-                    session_flops += step_flops
-                    # absent: resumed from an earlier release's checkpoint, whose steps' FLOPs are unknown
-                    if state.get("model_flops") is not None:
-                        state["model_flops"] = entry["model_flops"] = state["model_flops"] + step_flops
-                state["history"].append(entry)
-                run.history.append(entry)
+                session_flops += record_step(run, entry, step, step_start, log_now, folder.checkpoints)
                 speed = (step - start_step) * options.items_per_step / session_seconds
                 mfu = session_flops / session_seconds / run.peak_flops if run.peak_flops and session_flops else None
                 progress.update(1)
@@ -265,3 +236,53 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def start_or_resume_state(recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder) -> dict:
+    """The trainer state the run starts from: a fresh one, or the checkpoint's when resuming (on the same data; the
+    run timer continues from it)."""
+    state = new_trainer_state(**recipe.initial_state())
+    if folder.checkpoint is not None:
+        fresh = state
+        state = load_checkpoint(run.accelerator, folder.checkpoint)
+        check_same_data(state, fresh, folder.checkpoint)
+        state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
+        logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
+        run.timer.restore(state)
+    return state
+
+
+def start_progress(recipe: TrainingRecipe, run: TrainingRun, options: LoopOptions):
+    """The log line that starts the loop (what is trained, where, at which precision) and its progress bar."""
+    from tqdm.auto import tqdm
+
+    accelerator, mixed_precision = run.accelerator, run.mixed_precision
+    logger.info(
+        "%s on %d process(es), %s, %s%s", recipe.describe(run), accelerator.num_processes, accelerator.device,
+        precision_label(mixed_precision), " (mixed precision auto)" if run.config.mixed_precision == "auto" else "",
+    )  # fmt: skip
+    return tqdm(
+        total=run.total_steps, initial=run.start_step, desc=options.progress_desc,
+        disable=not accelerator.is_local_main_process, dynamic_ncols=True,
+    )  # fmt: skip
+
+
+def record_step(run: TrainingRun, entry: dict, step: int, step_start: float, log_now: bool, checkpoints) -> int:
+    """One trained step's bookkeeping: its time in the trainer state, the stop on a non-finite loss, the trackers
+    (every ``logging_steps``), the cumulative training time and model FLOPs in the entry, the history. Returns the
+    step's model FLOPs (0 where the recipe does not count them)."""
+    state = run.state
+    state["train_seconds"] += time.perf_counter() - step_start
+    state["step"] = step
+    check_finite(entry["loss"], step, checkpoints)
+    step_flops = entry.pop("model_flops", None)
+    if log_now:
+        run.accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
+    # in the history, not tracked metrics: both cumulative, so any span of steps gives its FLOP/s
+    entry["train_seconds"] = state["train_seconds"]
+    # absent: resumed from an earlier release's checkpoint, whose steps' FLOPs are unknown
+    if step_flops is not None and state.get("model_flops") is not None:
+        state["model_flops"] = entry["model_flops"] = state["model_flops"] + step_flops
+    state["history"].append(entry)
+    run.history.append(entry)
+    return step_flops or 0
