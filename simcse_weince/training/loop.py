@@ -4,8 +4,10 @@ Ctrl-C and the stop on a non-finite loss, export.
 What differs between the text and the vision trainer is a small recipe object (:class:`TrainingRecipe`): how to
 build the model and the data, one step's loss and logs, evaluation and export, and :class:`LoopOptions` (names,
 schedules, whether the last checkpoint is the run's result). The loop itself is one function, as in nanoGPT's
-``train.py`` and Accelerate's ``complete_nlp_example.py``; run state the recipes need (the trainer state, the
-steps, the precision used) is a :class:`TrainingRun`, not a list of parameters.
+``train.py`` and Accelerate's ``complete_nlp_example.py``, read top to bottom; what would interrupt that reading
+(the state a run starts or resumes from, the loop's first log line and progress bar, one step's bookkeeping) is a
+named helper below it. Run state the recipes need (the trainer state, the steps, the precision used) is a
+:class:`TrainingRun`, not a list of parameters.
 
 Why one shared loop and not each trainer's own short loop (torchtune's rule: an interface is not a vehicle for
 code reuse): what it holds is the machinery every trainer needs and must get right the same way (claiming the run
