@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_helpers import folder_score, make_tiny_model, write_train_file
+from train_helpers import folder_score, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 from simcse_weince.settings import apply_overrides, read_config_file
@@ -23,15 +23,7 @@ from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.objective import ContrastiveObjective
 from simcse_weince.training.timing import TIME_PARTS
 
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory, data_dir) -> str:
-    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=400))
+TRAIN_LINES = 400  # the train_file fixture's sentences (conftest.py)
 
 
 def tiny_config(model: str, train_file: str, output_dir: Path, **overrides) -> TrainConfig:
