@@ -99,12 +99,15 @@ def config_sections(cls) -> dict[str, type]:
     return {field.name: hints[field.name] for field in fields if dataclasses.is_dataclass(hints[field.name])}
 
 
-def flatten_overrides(values: dict, prefix: str = "", sections=("weince", "speed")) -> dict:
-    """``{"weince": {"quantile": 0.3}}`` -> ``{"weince.quantile": 0.3}`` (config files may nest or use dots)."""
+def flatten_overrides(values: dict, prefix: str = "", sections=None) -> dict:
+    """``{"weince": {"quantile": 0.3}}`` -> ``{"weince.quantile": 0.3}`` (config files may nest or use dots).
+    ``sections``: the config class's (:func:`config_sections`); None, where the class is not known yet (a config or
+    variants file read before its trainer is chosen): every top-level mapping, checked against the class's own
+    sections when :func:`apply_overrides` applies them (no config field holds a mapping)."""
     flat = {}
     for key, value in values.items():
         key = str(key).replace("-", "_")
-        if not prefix and key in sections and isinstance(value, dict):
+        if not prefix and (sections is None or key in sections) and isinstance(value, dict):
             flat.update(flatten_overrides(value, prefix=f"{key}."))
         else:
             flat[prefix + key] = value

@@ -75,3 +75,64 @@ def fresh_minilm(minilm):
 def wiki_sentences(data_dir) -> list[str]:
     lines = (data_dir / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip()]
+
+
+# ---- a tiny BERT and a training file, built once a session and shared: users read them, never write into them
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory):
+    """``tiny_models(num_hidden_layers)``: the folder of a 32-wide tiny BERT (random weights, seed 0, MiniLM's
+    tokenizer; ``train_helpers.make_tiny_model``), built on first use and shared by the session. At the end of the
+    session each folder must hold what it was built with: a test that writes into one fails here."""
+    from train_helpers import make_tiny_model, tree_digest
+
+    folders, digests = {}, {}
+
+    def folder(num_hidden_layers: int = 2) -> Path:
+        if num_hidden_layers not in folders:
+            path = make_tiny_model(tmp_path_factory.mktemp(f"tiny-{num_hidden_layers}") / "bert", num_hidden_layers)
+            folders[num_hidden_layers], digests[num_hidden_layers] = path, tree_digest(path)
+        return folders[num_hidden_layers]
+
+    yield folder
+    changed = [str(folders[layers]) for layers in folders if tree_digest(folders[layers]) != digests[layers]]
+    assert not changed, f"a test wrote into the shared tiny model {changed}: copy it first"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_models) -> str:
+    """The 2-layer tiny BERT's folder (a model name for ``--model``, ``from_pretrained``, ``SentenceTransformer``)."""
+    return str(tiny_models(2))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_one_layer(tiny_models) -> str:
+    """The 1-layer tiny BERT's folder: where many trained runs or gradient checks make the second layer costly."""
+    return str(tiny_models(1))
+
+
+@pytest.fixture(scope="session")
+def train_files(tmp_path_factory, data_dir):
+    """``train_files(lines)``: a file of the real wiki1m head's first ``lines`` sentences, written once a session
+    per length and checked unchanged at its end like the tiny models."""
+    from train_helpers import write_train_file
+
+    files = {}
+
+    def train_file(lines: int) -> Path:
+        if lines not in files:
+            path = write_train_file(tmp_path_factory.mktemp("data") / f"train-{lines}.txt", data_dir, lines=lines)
+            files[lines] = (path, path.read_bytes())
+        return files[lines][0]
+
+    yield train_file
+    changed = [str(path) for path, content in files.values() if path.read_bytes() != content]
+    assert not changed, f"a test wrote into the shared training file {changed}: copy it first"
+
+
+@pytest.fixture(scope="module")
+def train_file(request, train_files) -> str:
+    """The training file of the requesting module: ``TRAIN_LINES`` sentences (a module constant; 400 without one),
+    so that each module keeps the epoch length its tests were written for."""
+    return str(train_files(getattr(request.module, "TRAIN_LINES", 400)))

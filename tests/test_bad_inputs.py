@@ -266,22 +266,22 @@ def test_a_start_that_fails_before_its_first_checkpoint_leaves_the_folder_as_fou
                                                                                    monkeypatch, found):  # fmt: skip
     """Issue 39: a failure at step 1 once left training_config.yaml behind, and the same command was then refused
     ("already holds a simcse-weince run")."""
-    from simcse_weince.text.trainer import TextTask
+    from simcse_weince.text.trainer import TextRecipe
 
     run = tmp_path / "out" / "run"
     if found == "empty":
         run.mkdir(parents=True)
-    real_step = TextTask.train_step
+    real_step = TextRecipe.train_step
 
     def failing_step(self, step, batches, log_now):
         raise RuntimeError("the step failed")
 
-    monkeypatch.setattr(TextTask, "train_step", failing_step)
+    monkeypatch.setattr(TextRecipe, "train_step", failing_step)
     argv = ["train", *world["flags"], "--output-dir", str(run)]
     assert main(argv) == 1
     assert "the step failed" in _one_error_line(capsys)
     assert run.exists() == (found == "empty") and (found == "absent" or not any(run.iterdir()))
-    monkeypatch.setattr(TextTask, "train_step", real_step)
+    monkeypatch.setattr(TextRecipe, "train_step", real_step)
     assert main(argv) == 0  # the same command again is not refused
     assert (run / "results.json").is_file()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.gradcache import _create_minibatch
-from train_helpers import assert_grads_close, flat_parameters, make_tiny_model
+from train_helpers import assert_grads_close, flat_parameters
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.weince.loss import STATISTIC_KEYS, weince_loss
@@ -18,14 +18,13 @@ CONFIG = WeinceConfig(quantile=0.3)  # a tail of a few points even at batch 10
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, one_thread):
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert")
-    return SentenceTransformer(str(folder), device="cpu")
+def tiny_sentence_transformer(tiny_model, one_thread):
+    return SentenceTransformer(tiny_model, device="cpu")
 
 
 @pytest.fixture()
-def model(tiny_model):
-    model = copy.deepcopy(tiny_model)
+def model(tiny_sentence_transformer):
+    model = copy.deepcopy(tiny_sentence_transformer)
     model.train()
     return model
 

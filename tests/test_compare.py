@@ -8,7 +8,7 @@ import signal
 import subprocess
 
 import pytest
-from train_helpers import cli_command, make_tiny_model, subprocess_env, wait_for, write_train_file
+from train_helpers import cli_command, subprocess_env, wait_for, write_train_file
 
 from simcse_weince.cli import main
 from simcse_weince.compare import check_cell, compare, load_variants, paired_difference
@@ -208,9 +208,9 @@ def _cells(root):
     return {(v, s): root / v / f"seed-{s}" for v in ("infonce", "weince") for s in (1, 2)}
 
 
-def test_compare_sweep_killed_and_rerun_skips_finished_runs(tmp_path, data_dir):
+def test_compare_sweep_killed_and_rerun_skips_finished_runs(tiny_model, tmp_path, data_dir):
     # MiniLM's STS-B evaluations take minutes per run on 2 cores; a 2-layer 32-wide BERT keeps the same code path
-    model = make_tiny_model(tmp_path / "tiny")
+    model = tiny_model
     train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=200)
     sweep = tmp_path / "sweep"
     args = [

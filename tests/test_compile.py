@@ -11,15 +11,11 @@ import csv
 
 import pytest
 import torch
-from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince.text.config import preset
 from simcse_weince.text.trainer import train
 
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
+TRAIN_LINES = 200  # the train_file fixture's sentences (conftest.py)
 
 
 def _losses(output_dir) -> list[float]:
@@ -28,18 +24,17 @@ def _losses(output_dir) -> list[float]:
     return [float(row["value"]) for row in sorted(rows, key=lambda row: int(row["step"]))]
 
 
-def test_compiled_training_equals_eager_and_exports_the_same_names(tiny_model, tmp_path, data_dir, monkeypatch):
+def test_compiled_training_equals_eager_and_exports_the_same_names(tiny_model, train_file, tmp_path, monkeypatch):
     import torch._inductor.config as inductor_config
     from safetensors.torch import load_file
     from sentence_transformers import SentenceTransformer
 
     monkeypatch.setattr(inductor_config, "fallback_random", True)  # eager's dropout masks, so runs compare
-    train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=200)
     runs = {}
     for compiled in (False, True):
         output_dir = tmp_path / f"compile-{compiled}"
         config = preset(
-            "paper", model=tiny_model, train_file=str(train_file), pooler="cls", batch_size=16, max_steps=4,
+            "paper", model=tiny_model, train_file=train_file, pooler="cls", batch_size=16, max_steps=4,
             eval_steps=0, save_steps=2, learning_rate=1e-3, final_tasks=[], eval_max_length=32, report_to=["csv"],
             mixed_precision="no", length_chunks=2, compile=compiled, output_dir=str(output_dir),
         )  # fmt: skip

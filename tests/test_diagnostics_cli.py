@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from train_helpers import make_tiny_model
 
 from simcse_weince import cli
 from simcse_weince.diagnostics import (
@@ -25,13 +24,6 @@ from simcse_weince.diagnostics import (
 )
 
 FIGURES = ["pot_exceedances.png", "pot_qq.png", "pot_threshold_stability.png", "link_profile.png", "k_sweep.png"]
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder_dir(tmp_path_factory):
-    """A 2-layer random BERT with MiniLM's tokenizer, saved as a Hugging Face folder (SentenceTransformer wraps
-    it with mean pooling)."""
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-bert"))
 
 
 # ------------------------------------------------------------------------------------------ collection
@@ -52,13 +44,13 @@ def test_read_sentences_and_pairs_from_the_shared_data(data_dir, tmp_path):
         read_sentences(tmp_path / "one.txt")
 
 
-def test_raw_hf_encoder_views_and_sentence_transformer_agree(tiny_encoder_dir):
+def test_raw_hf_encoder_views_and_sentence_transformer_agree(tiny_model):
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
     sentences = ["a man plays a guitar.", "the cat sleeps", "stocks fell sharply on monday in new york"]
-    model = AutoModel.from_pretrained(tiny_encoder_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    model = AutoModel.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     plain = encode_sentences(model, sentences, tokenizer=tokenizer, show_progress_bar=False)
     again = encode_sentences(model, sentences, tokenizer=tokenizer, show_progress_bar=False)
     dropout = encode_sentences(model, sentences, tokenizer=tokenizer, dropout=True, show_progress_bar=False)
@@ -66,7 +58,7 @@ def test_raw_hf_encoder_views_and_sentence_transformer_agree(tiny_encoder_dir):
     assert torch.allclose(plain.norm(dim=1), torch.ones(3), atol=1e-5)
     assert torch.equal(plain, again) and not torch.allclose(plain, dropout)  # a second, dropout view
     assert not model.training  # the mode is restored
-    wrapped = SentenceTransformer(str(tiny_encoder_dir), device="cpu")
+    wrapped = SentenceTransformer(tiny_model, device="cpu")
     via_st = encode_sentences(wrapped, sentences, show_progress_bar=False)
     assert torch.allclose(via_st, plain, atol=1e-5)  # same mean pooling
     with pytest.raises(ValueError, match="tokenizer"):
@@ -229,7 +221,7 @@ def test_diagnose_minilm_on_real_sentences_and_sts_pairs(minilm_path, wiki_sente
     assert set(report["figures"]) >= set(FIGURES)
 
 
-def test_diagnose_without_pairs_uses_dropout_views(tiny_encoder_dir, wiki_sentences, tmp_path):
+def test_diagnose_without_pairs_uses_dropout_views(tiny_model, wiki_sentences, tmp_path):
     """The Python entry point (the CLI only parses into it): diagnose() returns what report.json holds."""
     from simcse_weince.diagnostics import diagnose
 
@@ -239,9 +231,9 @@ def test_diagnose_without_pairs_uses_dropout_views(tiny_encoder_dir, wiki_senten
     log = tmp_path / "metrics.csv"
     log.write_text("step,name,value\n1,lambda_mean,0.3\n1,loss,2.0\n2,lambda_mean,0.35\n", encoding="utf-8")
     with pytest.raises(ValueError, match="--temperature must be > 0"):
-        diagnose(str(tiny_encoder_dir), data, temperature=0.0, output_dir=str(output))
+        diagnose(tiny_model, data, temperature=0.0, output_dir=str(output))
     returned = diagnose(
-        str(tiny_encoder_dir), data, k_sweep=True, link=True, output_dir=str(output), max_pairs=60, batch_size=32,
+        tiny_model, data, k_sweep=True, link=True, output_dir=str(output), max_pairs=60, batch_size=32,
         temperature=0.5, training_log=str(log), no_progress=True,
     )  # fmt: skip
     report = json.loads((output / "report.json").read_text())
@@ -271,7 +263,7 @@ def test_diagnose_reports_user_errors_in_one_line(minilm_path, tmp_path, capsys)
     ],
     ids=["no-lambda-columns", "not-a-log", "missing"],
 )
-def test_diagnose_checks_the_training_log_before_it_writes(tiny_encoder_dir, wiki_sentences, tmp_path, capsys,
+def test_diagnose_checks_the_training_log_before_it_writes(tiny_model, wiki_sentences, tmp_path, capsys,
                                                            log_text, expect):  # fmt: skip
     """Issue 54 case 8: a bad --training-log was read after the analysis had replaced the figures, leaving the old
     report.json beside new figures. Now it is refused in one line naming the file and the folder is untouched."""
@@ -287,7 +279,7 @@ def test_diagnose_checks_the_training_log_before_it_writes(tiny_encoder_dir, wik
     log = tmp_path / "metrics.csv"
     if log_text is not None:
         log.write_text(log_text, encoding="utf-8")
-    argv = ["diagnose", str(tiny_encoder_dir), "--data", str(data), "--pot", "--output-dir", str(output),
+    argv = ["diagnose", tiny_model, "--data", str(data), "--pot", "--output-dir", str(output),
             "--training-log", str(log), "--no-progress"]  # fmt: skip
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
@@ -296,7 +288,7 @@ def test_diagnose_checks_the_training_log_before_it_writes(tiny_encoder_dir, wik
     assert tree_digest(output) == before
 
 
-def test_diagnose_replaces_its_outputs_together_or_not_at_all(tiny_encoder_dir, wiki_sentences, tmp_path,
+def test_diagnose_replaces_its_outputs_together_or_not_at_all(tiny_model, wiki_sentences, tmp_path,
                                                               monkeypatch):  # fmt: skip
     """A failure after the first figures were drawn (here: in the last one) leaves the earlier report and
     figures as they were and no staged file behind; a run that completes replaces them all."""
@@ -322,10 +314,10 @@ def test_diagnose_replaces_its_outputs_together_or_not_at_all(tiny_encoder_dir, 
     settings = dict(k_sweep=True, max_pairs=20, batch_size=16, output_dir=str(output), training_log=str(log),
                     no_progress=True)  # fmt: skip
     with pytest.raises(RuntimeError, match="the last figure failed"):
-        diagnose(str(tiny_encoder_dir), data, **settings)
+        diagnose(tiny_model, data, **settings)
     assert tree_digest(output) == before and not list(output.glob(f"{STAGING_PREFIX}*"))
     monkeypatch.undo()
-    report = diagnose(str(tiny_encoder_dir), data, **settings)
+    report = diagnose(tiny_model, data, **settings)
     assert json.loads((output / "report.json").read_text()) == report
     assert (output / "k_sweep.png").read_bytes() != b"an earlier figure"
     assert not list(output.glob(f"{STAGING_PREFIX}*"))

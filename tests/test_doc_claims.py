@@ -148,3 +148,18 @@ def test_every_relative_link_resolves():
                 elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
                     broken.append(f"{where} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_every_doc_pointer_in_the_code_resolves():
+    """A code comment that moved its numbers to the docs points at a file and heading that exist
+    (``why: docs/performance.md#comment-numbers``)."""
+    pointer = re.compile(r"\b(docs/[\w.-]+\.md)#([\w-]+)")
+    broken, found = [], 0
+    for source in sorted((REPO_ROOT / "simcse_weince").rglob("*.py")):
+        for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+            for path, anchor in pointer.findall(line):
+                found += 1
+                target = REPO_ROOT / path
+                if not target.is_file() or anchor not in _anchors(target):
+                    broken.append(f"{source.relative_to(REPO_ROOT)}:{number}: {path}#{anchor}")
+    assert found >= 5 and not broken, "\n".join(broken)

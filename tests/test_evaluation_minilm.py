@@ -9,7 +9,6 @@ from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
-from train_helpers import make_tiny_model
 
 from simcse_weince.evaluation import STSEvaluator, evaluate_sts, load_stsb, stsb_spearman
 
@@ -92,12 +91,11 @@ def test_raw_stsb_test_equals_sentence_transformers_evaluator(minilm, data_dir):
 
 
 @pytest.fixture(scope="module")
-def tiny_sentence_transformer(tmp_path_factory):
+def tiny_sentence_transformer(tiny_model):
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny-st"))
-    return SentenceTransformer(modules=[Transformer(str(folder)), Pooling(32, "mean")], device="cpu")
+    return SentenceTransformer(modules=[Transformer(tiny_model), Pooling(32, "mean")], device="cpu")
 
 
 def test_evaluator_direct_call_and_csv(tiny_sentence_transformer, data_dir, tmp_path):

@@ -10,7 +10,6 @@ import logging
 import numpy as np
 import pytest
 import torch
-from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince.text.config import SpeedConfig, preset
 from simcse_weince.text.fast_path import (
@@ -26,17 +25,8 @@ from simcse_weince.text.fast_path.onednn_linear import onednn_linear_available
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import train
 
+TRAIN_LINES = 200  # the train_file fixture's sentences (conftest.py)
 FAST_PATH_LOGGER = "simcse_weince.text.fast_path"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory, data_dir) -> str:
-    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=200))
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from train_helpers import make_tiny_model, write_train_file
+from train_helpers import write_train_file
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from simcse_weince.text.config import preset
@@ -25,9 +26,8 @@ def counted_flops(step) -> int:
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_the_formula_is_what_torch_counts_for_a_bert_forward_and_backward(tmp_path, attention):
-    folder = make_tiny_model(tmp_path / "bert")
-    model = BertModel.from_pretrained(str(folder), add_pooling_layer=False, attn_implementation=attention)
+def test_the_formula_is_what_torch_counts_for_a_bert_forward_and_backward(tiny_model, attention):
+    model = BertModel.from_pretrained(tiny_model, add_pooling_layer=False, attn_implementation=attention)
     ids = torch.randint(1000, 2000, (5, 11))
 
     def step():
@@ -51,9 +51,8 @@ def test_the_formula_is_what_torch_counts_for_a_bert_forward_and_backward(tmp_pa
     assert encoder_training_flops(config, [11] * 5) != encoder_training_flops(config, [10, 12, 11, 11, 11])
 
 
-def test_the_simcse_head_adds_its_dense_layer(tmp_path):
-    folder = make_tiny_model(tmp_path / "bert")
-    model = SimCSEModel.from_pretrained(str(folder), pooler="cls")
+def test_the_simcse_head_adds_its_dense_layer(tiny_model):
+    model = SimCSEModel.from_pretrained(tiny_model, pooler="cls")
     model.encoder.set_attn_implementation("eager")
     model.encoder.pooler = None  # BERT's own pooler (frozen, unused by SimCSE) is not part of the model FLOPs
     batch = {"input_ids": torch.randint(1000, 2000, (4, 9)), "attention_mask": torch.ones(4, 9, dtype=torch.long)}
@@ -101,10 +100,10 @@ def test_the_peak_is_the_best_timed_call_on_a_fake_clock(monkeypatch):
     assert matmul_peak_flops(torch.float32, size=64, seconds=0.02) == pytest.approx(2 * 64**3 / 1e-3)
 
 
-def test_the_trainer_counts_every_real_token_of_an_epoch(tmp_path, data_dir):
+def test_the_trainer_counts_every_real_token_of_an_epoch(tiny_model, tmp_path, data_dir):
     """One epoch of 6 batches of 16 sees each of the 96 sentences once, twice encoded: its model FLOPs are the
     formula over their real (truncated) lengths, whatever the batches' order and padding."""
-    model = make_tiny_model(tmp_path / "bert")
+    model = Path(tiny_model)
     train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=96)
     config = preset(
         "paper", model=str(model), train_file=str(train_file), pooler="cls", batch_size=16, num_epochs=1,
@@ -125,14 +124,14 @@ def test_the_trainer_counts_every_real_token_of_an_epoch(tmp_path, data_dir):
     assert results["peak_precision"] == "fp32" and 0 < results["mfu"] < 1
 
 
-def test_bench_train_prints_both_trainers_utilisation_and_the_formula_check(tmp_path, data_dir):
+def test_bench_train_prints_both_trainers_utilisation_and_the_formula_check(tiny_model, tmp_path, data_dir):
     import re
     import subprocess
     import sys
 
     from train_helpers import REPO_ROOT, subprocess_env
 
-    model = make_tiny_model(tmp_path / "bert")
+    model = tiny_model
     command = [sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_train.py"), "--steps", "1",
                "--warmup", "1", "--rounds", "1", "--batch-size", "8", "--model", str(model), "--data-dir",
                str(data_dir), "--configs", "st fp32,ours fp32"]  # fmt: skip
@@ -163,13 +162,15 @@ def test_bench_matmul_shapes_runs_at_a_small_size():
     assert "weight gradient, h x ff" in result.stdout
 
 
-def test_a_run_resumed_from_a_checkpoint_without_flop_counts_reports_no_mfu(tmp_path, data_dir, monkeypatch):
+def test_a_run_resumed_from_a_checkpoint_without_flop_counts_reports_no_mfu(
+    tiny_model, tmp_path, data_dir, monkeypatch
+):
     """A checkpoint of an earlier release has no model_flops: the resumed run cannot know its earlier steps' FLOPs,
     so results.json reports no MFU rather than one computed over part of the steps and all of the time."""
     from simcse_weince.training import loop
     from simcse_weince.training.signals import Interrupted
 
-    model = make_tiny_model(tmp_path / "bert")
+    model = tiny_model
     train_file = write_train_file(tmp_path / "train.txt", data_dir, lines=64)
     config = preset(
         "paper", model=str(model), train_file=str(train_file), pooler="cls", batch_size=16, max_steps=4,

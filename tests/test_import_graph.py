@@ -154,7 +154,7 @@ def test_the_graph_sees_imports_and_a_planted_cycle_is_found():
 @pytest.mark.parametrize("folder", ["compare", "training", "losses", "weince"])
 def test_shared_machinery_knows_no_trainer(folder):
     """compare/ (its command-line wiring too), the shared training loop, the losses and the core import nothing from
-    text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingTask) and registers its
+    text/ or vision/, anywhere: each trainer hands them what differs (a CellKind, a TrainingRecipe) and registers its
     own ``compare`` command."""
     for path in sorted((ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from train_helpers import REPO_ROOT, make_tiny_model, subprocess_env
+from train_helpers import REPO_ROOT, subprocess_env
 
 
-def test_bench_memory_measures_cached_and_uncached_in_fresh_processes(tmp_path, data_dir):
-    model = make_tiny_model(tmp_path / "tiny")
+def test_bench_memory_measures_cached_and_uncached_in_fresh_processes(tiny_model, tmp_path, data_dir):
+    model = tiny_model
     output = tmp_path / "rows.json"
     command = [
         sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_memory.py"), "--model", str(model),

@@ -18,7 +18,7 @@ from sentence_transformers.base.losses.merged_forward import embed_columns
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.util import cos_sim, dot_score
 from test_train_distributed import _has_torchrun_module, _run_two_processes
-from train_helpers import REPO_ROOT, make_tiny_model
+from train_helpers import REPO_ROOT
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 from simcse_weince.losses.from_embeddings import check_contrastive_options, loss_from_embeddings
@@ -33,13 +33,8 @@ NO_ENCODER = torch.nn.Sequential(torch.nn.Identity())  # where only the options 
 
 
 @pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert", num_hidden_layers=1)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_path, one_thread):
-    model = SentenceTransformer(str(tiny_path), device="cpu")
+def tiny(tiny_model_one_layer, one_thread):
+    model = SentenceTransformer(tiny_model_one_layer, device="cpu")
     for module in model.modules():  # deterministic: the losses are compared on the same embeddings
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
@@ -167,13 +162,15 @@ def test_infonce_takes_mnrl_s_other_similarities(tiny, wiki_sentences):
         assert InfoNCELoss(tiny, **options).get_config_dict()["similarity_fct"] == "dot_score"
 
 
-def _two_process_report(tmp_path, tiny_path, wiki_sentences, full: bool) -> dict:
+def _two_process_report(tmp_path, tiny_model_one_layer, wiki_sentences, full: bool) -> dict:
     if not _has_torchrun_module():
         pytest.skip("torchrun is not available")
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(wiki_sentences[:100]) + "\n", encoding="utf-8")
     report = tmp_path / "report.json"
-    _run_two_processes("distributed_mnrl_check.py", tiny_path, sentences, report, *(["full"] if full else []))
+    _run_two_processes(
+        "distributed_mnrl_check.py", tiny_model_one_layer, sentences, report, *(["full"] if full else [])
+    )
     return json.loads(report.read_text())
 
 
@@ -187,16 +184,16 @@ def _assert_two_process_report(report: dict, options: int, full: bool) -> None:
             _assert_equal_to_mnrl(numbers, 2 * options)
 
 
-def test_two_processes_gathering_equal_mnrl(tmp_path, tiny_path, wiki_sentences):
+def test_two_processes_gathering_equal_mnrl(tmp_path, tiny_model_one_layer, wiki_sentences):
     """``gather_across_devices=True`` on 2 processes: loss and DDP-averaged gradients equal MNRL's, plain and
     cached (the grid's cross-section on every shape, cached on triplets; the whole grid under ``-m slow``)."""
-    report = _two_process_report(tmp_path, tiny_path, wiki_sentences, False)
+    report = _two_process_report(tmp_path, tiny_model_one_layer, wiki_sentences, False)
     _assert_two_process_report(report, len(mnrl_grid.SAMPLE), full=False)
 
 
 @pytest.mark.slow
-def test_two_processes_gathering_equal_mnrl_on_the_whole_grid(tmp_path, tiny_path, wiki_sentences):
-    report = _two_process_report(tmp_path, tiny_path, wiki_sentences, True)
+def test_two_processes_gathering_equal_mnrl_on_the_whole_grid(tmp_path, tiny_model_one_layer, wiki_sentences):
+    report = _two_process_report(tmp_path, tiny_model_one_layer, wiki_sentences, True)
     _assert_two_process_report(report, len(mnrl_grid.grid()), full=True)
 
 

@@ -21,7 +21,7 @@ from sentence_transformers.sentence_transformer.losses import (
     MatryoshkaLoss,
     MultipleNegativesRankingLoss,
 )
-from train_helpers import flat_parameters, make_tiny_model
+from train_helpers import flat_parameters
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 
@@ -30,14 +30,9 @@ BATCH = 6
 SYMMETRIC = {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"}
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert")
-
-
 @pytest.fixture()
-def model(tiny_path, one_thread):
-    model = SentenceTransformer(str(tiny_path), device="cpu")
+def model(tiny_model, one_thread):
+    model = SentenceTransformer(tiny_model, device="cpu")
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0

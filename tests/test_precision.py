@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import make_tiny_model, write_train_file
 
 from simcse_weince import precision
 from simcse_weince.precision import native_bf16, resolve_mixed_precision
@@ -18,15 +17,7 @@ from simcse_weince.text.config import TrainConfig, preset, resolve_eval_bf16
 from simcse_weince.text.fast_path.onednn_linear import resolve_onednn_linear
 from simcse_weince.text.trainer import train
 
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory, data_dir) -> str:
-    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=100))
+TRAIN_LINES = 100  # the train_file fixture's sentences (conftest.py)
 
 
 # ------------------------------------------------------------------------------------------- the rule

@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-from train_helpers import make_tiny_model
 
 from simcse_weince import CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss, WeinceStatisticsCallback
 from simcse_weince.weince.loss import STATISTIC_KEYS
@@ -18,11 +17,11 @@ KEYS = [f"weince_{key}" for key in STATISTIC_KEYS]
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, one_thread):
+def tiny_sentence_transformer(tiny_model_one_layer, one_thread):
+    """The module's model; a test that trains it trains a copy."""
     from sentence_transformers import SentenceTransformer
 
-    folder = make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert", num_hidden_layers=1)
-    return SentenceTransformer(str(folder), device="cpu")
+    return SentenceTransformer(tiny_model_one_layer, device="cpu")
 
 
 def _train(model, loss, dataset, tmp_path, *, attach, logging_steps=1, accumulation=1, report_to="none"):
@@ -60,11 +59,11 @@ def _train(model, loss, dataset, tmp_path, *, attach, logging_steps=1, accumulat
 
 @pytest.mark.parametrize(("logging_steps", "accumulation"), [(1, 1), (2, 2)])
 def test_log_history_holds_the_mean_of_the_steps_since_the_last_log(
-    tiny_model, wiki_sentences, tmp_path, logging_steps, accumulation
+    tiny_sentence_transformer, wiki_sentences, tmp_path, logging_steps, accumulation
 ):
     from datasets import Dataset
 
-    model = copy.deepcopy(tiny_model)
+    model = copy.deepcopy(tiny_sentence_transformer)
     dataset = Dataset.from_dict({"anchor": wiki_sentences[:32], "positive": wiki_sentences[32:64]})
     loss = WeinceLoss(model, weince=CONFIG)
     _, logged, per_log = _train(model, loss, dataset, tmp_path, attach=True, logging_steps=logging_steps,
@@ -79,13 +78,13 @@ def test_log_history_holds_the_mean_of_the_steps_since_the_last_log(
     assert len({entry["weince_lambda_mean"] for entry in logged}) == len(logged)  # each log its own steps
 
 
-def test_the_loss_and_training_are_unchanged_by_the_callback(tiny_model, wiki_sentences, tmp_path):
+def test_the_loss_and_training_are_unchanged_by_the_callback(tiny_sentence_transformer, wiki_sentences, tmp_path):
     from datasets import Dataset
 
     dataset = Dataset.from_dict({"text": wiki_sentences[:24]})  # one column: unsupervised SimCSE
     runs = []
     for attach in (False, True):
-        model = copy.deepcopy(tiny_model)
+        model = copy.deepcopy(tiny_sentence_transformer)
         _, logged, _ = _train(model, WeinceLoss(model, weince=CONFIG), dataset, tmp_path / str(attach), attach=attach)
         runs.append((logged, torch.cat([p.detach().flatten() for p in model.parameters()])))
     (plain_logs, plain_weights), (logged, weights) = runs
@@ -95,13 +94,15 @@ def test_the_loss_and_training_are_unchanged_by_the_callback(tiny_model, wiki_se
     assert not any(set(KEYS) & set(entry) for entry in plain_logs)
 
 
-def test_tensorboard_receives_the_statistics_of_a_cached_loss(tiny_model, wiki_sentences, tmp_path, monkeypatch):
+def test_tensorboard_receives_the_statistics_of_a_cached_loss(
+    tiny_sentence_transformer, wiki_sentences, tmp_path, monkeypatch
+):
     pytest.importorskip("tensorboard")
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "runs"))
     from datasets import Dataset
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    model = copy.deepcopy(tiny_model)
+    model = copy.deepcopy(tiny_sentence_transformer)
     dataset = Dataset.from_dict({"anchor": wiki_sentences[:24], "positive": wiki_sentences[24:48]})
     loss = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3)  # statistics live in the wrapped WeinceLoss
     trainer, logged, per_log = _train(model, loss, dataset, tmp_path, attach=True, report_to="tensorboard")
@@ -117,17 +118,22 @@ def test_tensorboard_receives_the_statistics_of_a_cached_loss(tiny_model, wiki_s
     )
 
 
-def test_losses_are_found_in_wrappers_and_dicts(tiny_model):
+def test_losses_are_found_in_wrappers_and_dicts(tiny_sentence_transformer):
     from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss, MultipleNegativesRankingLoss
 
     from simcse_weince.losses.weince_statistics_callback import find_columns_losses
 
-    weince, infonce = WeinceLoss(tiny_model), InfoNCELoss(tiny_model, track_statistics=True)
-    cached = CachedWeinceLoss(tiny_model, mini_batch_size=4)
-    matryoshka = MatryoshkaLoss(tiny_model, weince, matryoshka_dims=[32, 16])
+    weince, infonce = (
+        WeinceLoss(tiny_sentence_transformer),
+        InfoNCELoss(tiny_sentence_transformer, track_statistics=True),
+    )
+    cached = CachedWeinceLoss(tiny_sentence_transformer, mini_batch_size=4)
+    matryoshka = MatryoshkaLoss(tiny_sentence_transformer, weince, matryoshka_dims=[32, 16])
     assert find_columns_losses(matryoshka) == {"": weince}
     assert find_columns_losses(cached) == {"": cached.loss}
-    found = find_columns_losses({"nli": matryoshka, "wiki": infonce, "other": MultipleNegativesRankingLoss(tiny_model)})
+    found = find_columns_losses(
+        {"nli": matryoshka, "wiki": infonce, "other": MultipleNegativesRankingLoss(tiny_sentence_transformer)}
+    )
     assert found == {"nli": weince, "wiki": infonce}
     callback = WeinceStatisticsCallback({"nli": matryoshka, "wiki": infonce})
     assert callback._key("nli", "lambda_mean") == "nli_weince_lambda_mean"

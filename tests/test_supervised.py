@@ -26,7 +26,6 @@ from train_helpers import (
     cli_command,
     folder_score,
     logged_steps,
-    make_tiny_model,
     subprocess_env,
     wait_for,
 )
@@ -51,11 +50,6 @@ CONFIG = WeinceConfig(quantile=0.3, min_tail_points=8)  # λ well above 0 on a b
 @pytest.fixture(scope="module")
 def sick(tmp_path_factory, data_dir):
     return build_sick_files(data_dir, tmp_path_factory.mktemp("sick"))
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
 
 
 @pytest.fixture(scope="module")

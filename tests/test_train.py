@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from train_helpers import folder_score, make_tiny_model, write_train_file
+from train_helpers import folder_score, write_train_file
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 from simcse_weince.losses.from_embeddings import ContrastiveObjective
@@ -22,15 +23,7 @@ from simcse_weince.text.trainer import train
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.timing import TIME_PARTS
 
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory, data_dir) -> str:
-    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=400))
+TRAIN_LINES = 400  # the train_file fixture's sentences (conftest.py)
 
 
 def tiny_config(model: str, train_file: str, output_dir: Path, **overrides) -> TrainConfig:
@@ -132,6 +125,32 @@ def test_config_files_yaml_and_json(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ValueError, match="mapping"):
         read_config_file(tmp_path / "list.yaml")
+
+
+@dataclasses.dataclass
+class AugmentSection:
+    crop: float = 0.5
+
+
+@dataclasses.dataclass
+class ConfigWithItsOwnSection:
+    """A trainer's config whose section is neither the text trainer's ``weince`` nor its ``speed``."""
+
+    seed: int = 1
+    augment: AugmentSection = dataclasses.field(default_factory=AugmentSection)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def test_config_file_sections_come_from_the_config_class(tmp_path):
+    """settings.py names no trainer's sections: a nested section of any config reads the same as its dotted form."""
+    (tmp_path / "run.yaml").write_text("seed: 3\naugment:\n  crop: 0.25\n")
+    assert read_config_file(tmp_path / "run.yaml") == {"seed": 3, "augment.crop": 0.25}
+    config = apply_overrides(ConfigWithItsOwnSection(), read_config_file(tmp_path / "run.yaml"))
+    assert config == ConfigWithItsOwnSection(seed=3, augment=AugmentSection(crop=0.25))
+    with pytest.raises(ValueError, match="unknown config setting 'augment.crop'"):
+        apply_overrides(TrainConfig(), read_config_file(tmp_path / "run.yaml"))
 
 
 def test_cli_flags_cover_every_field(tmp_path, capsys):

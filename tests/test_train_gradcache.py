@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 import torch
-from train_helpers import assert_grads_close, make_tiny_model, write_train_file
+from train_helpers import assert_grads_close
 
 from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.text.config import preset
@@ -15,17 +15,8 @@ from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
 from simcse_weince.weince.loss import WeinceConfig
 
+TRAIN_LINES = 200  # the train_file fixture's sentences (conftest.py)
 BATCH = 16
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert"))
-
-
-@pytest.fixture(scope="module")
-def train_file(tmp_path_factory, data_dir) -> str:
-    return str(write_train_file(tmp_path_factory.mktemp("data") / "train.txt", data_dir, lines=200))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import math
 
 import pytest
 import yaml
-from train_helpers import make_tiny_model
 
 from simcse_weince.cli import main
 from simcse_weince.compare.cells import cell_configs, load_variants
@@ -21,11 +20,6 @@ from simcse_weince.text.config import preset
 from simcse_weince.text.results import not_applied_settings
 
 OPTIONS = ("directions", "partition_mode", "hardness_mode")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> str:
-    return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert", num_hidden_layers=1))
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +96,12 @@ def test_a_bad_value_ends_in_one_line_before_anything_is_written(tmp_path, capsy
     assert expect in capsys.readouterr().err
 
 
-def test_hard_negatives_without_a_negative_column_ends_in_one_line(tiny_model, files, data_dir, tmp_path, capsys):
+def test_hard_negatives_without_a_negative_column_ends_in_one_line(
+    tiny_model_one_layer, files, data_dir, tmp_path, capsys
+):
     run_dir = tmp_path / "run"
     capsys.readouterr()
-    flags = [*_flags(tiny_model, files / "pairs.csv", data_dir), "--hardness-mode", "hard_negatives",
+    flags = [*_flags(tiny_model_one_layer, files / "pairs.csv", data_dir), "--hardness-mode", "hard_negatives",
              "--hardness-strength", "5", "--output-dir", str(run_dir)]  # fmt: skip
     assert main(["train", *flags]) == 1
     err = capsys.readouterr().err
@@ -149,9 +145,10 @@ def test_a_setting_without_effect_is_named_in_not_applied():
 
 
 @pytest.fixture(scope="module")
-def default_run(tiny_model, files, data_dir, tmp_path_factory):
+def default_run(tiny_model_one_layer, files, data_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("default") / "run"
-    assert main(["train", *_flags(tiny_model, files / "triplets.csv", data_dir), "--output-dir", str(run_dir)]) == 0
+    flags = _flags(tiny_model_one_layer, files / "triplets.csv", data_dir)
+    assert main(["train", *flags, "--output-dir", str(run_dir)]) == 0
     return json.loads((run_dir / "results.json").read_text())
 
 
@@ -182,7 +179,7 @@ def test_results_and_card_record_the_options(default_run):
     ids=["triplets", "one-column"],
 )  # fmt: skip
 def test_a_run_with_the_options_trains_and_records_them(
-    tiny_model, files, data_dir, tmp_path, default_run, train_file, options
+    tiny_model_one_layer, files, data_dir, tmp_path, default_run, train_file, options
 ):
     from simcse_weince.text.trainer import train
 

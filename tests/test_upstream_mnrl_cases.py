@@ -34,7 +34,6 @@ from sentence_transformers.sentence_transformer.losses import (
     MultipleNegativesRankingLoss,
 )
 from sentence_transformers.util import cos_sim
-from train_helpers import make_tiny_model
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
 
@@ -73,14 +72,9 @@ def _ours(kind: str, cached: bool, model, **options):
 KINDS = ["infonce", "weince"]
 
 
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "bert")
-
-
 @pytest.fixture()
-def model(tiny_path, one_thread):
-    return SentenceTransformer(str(tiny_path), device="cpu")
+def model(tiny_model, one_thread):
+    return SentenceTransformer(tiny_model, device="cpu")
 
 
 def _dropout_off(model):

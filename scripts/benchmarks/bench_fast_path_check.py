@@ -1,7 +1,7 @@
 """The cost of the fast path's start-up check (``text/fast_path``), and which path it picks, on the installed releases.
 
 Loads the encoder as the trainer does (MiniLM by default), then builds the training forward the way
-``TextTask.build`` does for fp32 and for bf16 (each ``--repeats`` times: the first includes one-time warm-up such
+``TextRecipe.build`` does for fp32 and for bf16 (each ``--repeats`` times: the first includes one-time warm-up such
 as oneDNN's kernel selection) and prints the path, the reason if any, and the check's seconds. Prints the versions
 first, so that a run under another transformers release is one command::
 

@@ -425,8 +425,8 @@ MUTATIONS = (
         ("tests/test_bad_inputs.py", "-k", "as_found"), "issue 39.2: the same command must be able to run again",
     ),
     Mutation(
-        "resume: the training data's fingerprint is not compared", "simcse_weince/training/loop.py",
-        (("            check_same_data(state, fresh, folder.checkpoint)\n", ""),),
+        "resume: the training data's fingerprint is not compared", LOOP,
+        (("        check_same_data(state, fresh, folder.checkpoint)\n", ""),),
         (TRUST, "-k", "training_data_that_changed"), "issue 39.3: --resume trained on the new file's content",
     ),
     Mutation(
@@ -653,8 +653,8 @@ MUTATIONS = (
     ),
     Mutation(
         "FLOPs: a run resumed from an earlier release's checkpoint reports an MFU over part of its steps", LOOP,
-        (('                    if state.get("model_flops") is not None:\n',
-          '                    if state.setdefault("model_flops", 0) is not None:\n'),),
+        (('    if step_flops is not None and state.get("model_flops") is not None:\n',
+          '    if step_flops is not None and state.setdefault("model_flops", 0) is not None:\n'),),
         ("tests/test_flops.py", "-k", "resumed"), "its earlier steps' time counted, their FLOPs not: a low MFU",
     ),
     Mutation(

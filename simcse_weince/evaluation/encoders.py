@@ -192,7 +192,8 @@ class SentenceTransformerEncoder:
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
         try:
-            # Our own token-sorted batches: encode() sorts by characters, which leaves ~40% padding on STS.
+            # Our own token-sorted batches: encode() sorts by characters, which leaves much padding on STS
+            # (why: docs/performance.md#comment-numbers).
             batches = length_sorted_batches(
                 sentences, self.batch_size, _tokenizer_of(self.model), self.model.max_seq_length
             )

@@ -97,12 +97,3 @@ def sts_correlations(
             "wmean": float(np.average(values, weights=sizes)),
         }
     return report
-
-
-def aggregate(report: dict, aggregation: str = "all", metric: str = "spearman") -> float:
-    """Pick one number out of :func:`sts_correlations`' report."""
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {aggregation!r}; choose from {', '.join(AGGREGATIONS)}")
-    if metric not in ("spearman", "pearson"):
-        raise ValueError(f"unknown metric {metric!r}; choose spearman or pearson")
-    return report[metric][aggregation]

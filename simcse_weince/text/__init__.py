@@ -5,7 +5,7 @@
 ``text/data.py``          the corpus, tokenised once; batches as a pure function of (seed, index)
 ``text/model.py``         :class:`SimCSEModel`: encoder + SimCSE pooler, export to a SentenceTransformer
 ``text/columns.py``       training files of 1-3 columns (SimCSE's and sentence-transformers' names)
-``text/trainer.py``       :func:`train` and its task for :func:`~simcse_weince.training.loop.run_training`
+``text/trainer.py``       :func:`train` and its recipe for :func:`~simcse_weince.training.loop.run_training`
 ``text/gradcache.py``     the trainer's GradCache step (``mini_batch_size``)
 ``text/fast_path/``       the training forward below public APIs, checked at start-up, with its fallback
 ``text/results.py``       STS-B dev selection, export, ``results.json``, the model card

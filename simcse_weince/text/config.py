@@ -119,8 +119,9 @@ class TrainConfig:
     eval_before_training: bool = False  # also score the untrained model (reported, never selected)
     eval_batch_size: int = 128
     eval_max_length: int | None = None  # None: the base model's max_seq_length (<= 512)
-    # evaluate under bf16 autocast: auto where the run trains in bf16 on a CPU (a task moves by <= 0.01 and CPU
-    # evaluation takes a third of a run; resolve_eval_bf16), False: fp32, SentEval's digits exactly
+    # evaluate under bf16 autocast: auto where the run trains in bf16 on a CPU (resolve_eval_bf16: the scores
+    # barely move, a CPU run's evaluation time drops; why: docs/performance.md#comment-numbers), False: fp32,
+    # SentEval's digits exactly
     eval_bf16: bool | Literal["auto"] = "auto"
     final_tasks: tuple[str, ...] = STS_TASKS  # test-split table after training; () or none for STS-B only
     final_evaluation: bool = True  # False: no scores at the end (benchmarks, quick experiments)
@@ -262,15 +263,15 @@ PRESETS: dict[str, dict] = {
         "model": "bundled:all-MiniLM-L6-v2",
         "pooler": "avg",  # the model was trained with mean pooling
         "train_file": "wiki1m_head.txt",  # 11,914 sentences: one epoch is 186 steps of 64
-        "eval_steps": 62,  # three checkpoints to choose from, ~10 s each on 2 cores
+        "eval_steps": 62,  # three checkpoints to choose from (their cost: docs/performance.md#comment-numbers)
         "eval_before_training": True,  # show where training started
         "save_steps": 62,
         "output_dir": "runs/cpu-demo",
     },
 }
 # The same data and model trained and evaluated SimCSE's way: [CLS] + MLP head in training, [CLS] without it at
-# evaluation. MiniLM was trained with mean pooling, so its [CLS] vector starts lower (STS-B dev 79.7) and
-# contrastive training has room to move it, which mean pooling (dev 86.7, loss ~1e-3 from step 1) has not.
+# evaluation. MiniLM was trained with mean pooling, so its [CLS] vector starts lower and contrastive training has
+# room to move it, which mean pooling (its loss near zero from step 1) has not (docs/performance.md#comment-numbers).
 PRESETS["cpu-cls"] = {**PRESETS["cpu-demo"], "pooler": "cls", "output_dir": "runs/cpu-cls"}
 # Supervised SimCSE (Gao et al., 2021; run_sup_example.sh): BERT-base on SNLI+MNLI triplets (sent0, sent1,
 # hard_neg), 4 GPUs x 128 = 512 triplets a batch, lr 5e-5, 3 epochs, length 32, tau 0.05, STS-B dev every 125

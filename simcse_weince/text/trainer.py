@@ -7,7 +7,7 @@ triplets, :mod:`simcse_weince.text.columns`): the columns are encoded in one for
 the positive, a third is a hard negative of its row and an extra negative of every other row. STS-B dev is
 scored every ``eval_steps`` and the best step is exported as a SentenceTransformer. The loop itself (run folder,
 checkpoints, resume, logging, Ctrl-C, timings) is :func:`simcse_weince.training.loop.run_training`, shared with
-the vision trainer; :class:`TextTask` is what this trainer gives it.
+the vision trainer; :class:`TextRecipe` is what this trainer gives it.
 
 Example::
 
@@ -48,7 +48,7 @@ from simcse_weince.text.results import (
 )
 from simcse_weince.training.batches import StepBatchSampler
 from simcse_weince.training.flops import encoder_dimensions, encoder_training_flops
-from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
+from simcse_weince.training.loop import LoopOptions, TrainingRecipe, TrainingRun, run_training
 from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)
@@ -68,11 +68,11 @@ def train(config: TrainConfig, *, resume: bool | str | None = None, overwrite: b
 
     On processes other than the main one the returned dict is empty.
     """
-    return run_training(config, TextTask(config), resume=resume, overwrite=overwrite)
+    return run_training(config, TextRecipe(config), resume=resume, overwrite=overwrite)
 
 
-class TextTask(TrainingTask):
-    """Unsupervised (one column) or supervised (pairs, triplets) SimCSE as a :class:`TrainingTask` of
+class TextRecipe(TrainingRecipe):
+    """Unsupervised (one column) or supervised (pairs, triplets) SimCSE as a :class:`TrainingRecipe` of
     :func:`~simcse_weince.training.loop.run_training`: STS-B dev selects the best step, which is exported as a
     SentenceTransformer. The last step is checkpointed before the export and dropped once it is written."""
 

@@ -1,7 +1,7 @@
 """What every trainer (text and vision) shares.
 
 ==========================  ==========================================================================
-``training/loop.py``        :func:`run_training`: the one training loop, driven by a task per trainer
+``training/loop.py``        :func:`run_training`: the one training loop, driven by a recipe per trainer
 ``training/runs.py``        the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
 ``training/tracking.py``    metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
 ``training/accelerator.py`` the Accelerator: processes, device, ``--mixed-precision auto``

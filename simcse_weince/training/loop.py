@@ -1,23 +1,25 @@
 """The training loop every trainer runs, top to bottom: set-up, the steps, logging, evaluation, checkpoints,
 Ctrl-C and the stop on a non-finite loss, export.
 
-What differs between the text and the vision trainer is a small task object (:class:`TrainingTask`): how to
+What differs between the text and the vision trainer is a small recipe object (:class:`TrainingRecipe`): how to
 build the model and the data, one step's loss and logs, evaluation and export, and :class:`LoopOptions` (names,
 schedules, whether the last checkpoint is the run's result). The loop itself is one function, as in nanoGPT's
-``train.py`` and Accelerate's ``complete_nlp_example.py``; run state the tasks need (the trainer state, the
-steps, the precision used) is a :class:`TrainingRun`, not a list of parameters.
+``train.py`` and Accelerate's ``complete_nlp_example.py``, read top to bottom; what would interrupt that reading
+(the state a run starts or resumes from, the loop's first log line and progress bar, one step's bookkeeping) is a
+named helper below it. Run state the recipes need (the trainer state, the steps, the precision used) is a
+:class:`TrainingRun`, not a list of parameters.
 
 Why one shared loop and not each trainer's own short loop (torchtune's rule: an interface is not a vehicle for
 code reuse): what it holds is the machinery every trainer needs and must get right the same way (claiming the run
 folder only once every input has loaded, atomic checkpoints, exact resume, Ctrl-C and SIGTERM, the stop on a
 non-finite loss, trackers, timings); a fix to it must reach both trainers. It has no branch on the kind of trainer:
 every trainer logs the same way (each entry's numbers, every ``logging_steps`` and at the last step; the
-cumulative training time kept in the history), and a trainer's own steps live in its task. If a third trainer
+cumulative training time kept in the history), and a trainer's own steps live in its recipe. If a third trainer
 needs a switch here, it gets its own loop instead.
 
 Example (what :func:`simcse_weince.text.train` does)::
 
-    results = run_training(config, TextTask(config), resume=resume, overwrite=overwrite)
+    results = run_training(config, TextRecipe(config), resume=resume, overwrite=overwrite)
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class LoopOptions:
 
 @dataclass
 class TrainingRun:
-    """One call's run state, filled in as the loop goes: what the task's hooks read."""
+    """One call's run state, filled in as the loop goes: what the recipe's hooks read."""
 
     config: object
     accelerator: object
@@ -85,9 +87,9 @@ class TrainingRun:
     peak_flops: float | None = None  # the device's measured matmul FLOP/s at the run's precision (model_flops)
 
 
-class TrainingTask:
-    """What a trainer supplies to :func:`run_training` (text: :class:`simcse_weince.text.trainer.TextTask`, vision:
-    :class:`simcse_weince.vision.trainer.VisionTask`). The hooks are called in this order; those with a body here do
+class TrainingRecipe:
+    """What a trainer supplies to :func:`run_training` (text: :class:`simcse_weince.text.trainer.TextRecipe`, vision:
+    :class:`simcse_weince.vision.trainer.VisionRecipe`). The hooks are called in this order; those with a body here do
     nothing unless a trainer needs them."""
 
     def accelerator_options(self) -> dict:
@@ -106,7 +108,7 @@ class TrainingTask:
         return {}
 
     def options(self) -> LoopOptions:
-        """Read once the task is built."""
+        """Read once the recipe is built."""
         raise NotImplementedError
 
     def loader(self, run: TrainingRun):
@@ -148,11 +150,10 @@ def check_same_data(saved: dict, fresh: dict, checkpoint) -> None:
         )
 
 
-def run_training(config, task: TrainingTask, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
-    """Train ``task`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
-    result of ``task.export``. ``resume`` and ``overwrite`` as in :class:`~simcse_weince.training.runs.RunFolder`."""
+def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
+    """Train ``recipe`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
+    result of ``recipe.export``. ``resume`` and ``overwrite`` as in :class:`~simcse_weince.training.runs.RunFolder`."""
     from accelerate.utils import set_seed
-    from tqdm.auto import tqdm
 
     timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
     config.validate()
@@ -160,44 +161,30 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
     accelerator, mixed_precision = make_accelerator(
         cpu=config.cpu, mixed_precision=config.mixed_precision, log_with=log_with, project_dir=output_dir,
-        **task.accelerator_options(),
+        **recipe.accelerator_options(),
     )  # fmt: skip
     run = TrainingRun(config, accelerator, mixed_precision, output_dir, tensorboard_dropped, timer)
-    task.check(run)
+    recipe.check(run)
     inputs = [value for value in (getattr(config, name, None) for name in RUN_INPUTS) if value]
     folder = RunFolder(output_dir, resume, overwrite, accelerator, inputs)
     with folder.restore_on_failure():
         # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded ---------
         set_seed(config.seed)  # before the model: initialisations depend on it
-        model, run.total_steps = task.build(run)
-        options = task.options()
-        state = new_trainer_state(**task.initial_state())
-        if folder.checkpoint is not None:
-            fresh = state
-            state = load_checkpoint(accelerator, folder.checkpoint)
-            check_same_data(state, fresh, folder.checkpoint)
-            state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
-            logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
-            timer.restore(state)
+        model, run.total_steps = recipe.build(run)
+        options = recipe.options()
+        state = start_or_resume_state(recipe, run, folder)
         folder.claim(config, state["run_id"])
         run.state, run.start_step = state, state["step"]
         start_step, total_steps = run.start_step, run.total_steps
-        loader = task.loader(run)
+        loader = recipe.loader(run)
         start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), options.project)
         if options.model_flops:  # a fraction of a second: a GEMM at the run's precision
             run.peak_flops = matmul_peak_flops(PEAK_DTYPES[mixed_precision], accelerator.device)
         timer.add("setup", timer.since_start())
-        task.before_training(run)
+        recipe.before_training(run)
 
         # --- the loop -------------------------------------------------------------------------------------------
-        logger.info(
-            "%s on %d process(es), %s, %s%s", task.describe(run), accelerator.num_processes, accelerator.device,
-            precision_label(mixed_precision), " (mixed precision auto)" if config.mixed_precision == "auto" else "",
-        )  # fmt: skip
-        progress = tqdm(
-            total=total_steps, initial=start_step, desc=options.progress_desc,
-            disable=not accelerator.is_local_main_process, dynamic_ncols=True,
-        )  # fmt: skip
+        progress = start_progress(recipe, run, options)
         batches = iter(loader)
         model.train()
         session_seconds, session_flops, checkpoint, saved_step = 0.0, 0, folder.checkpoint, start_step
@@ -211,23 +198,9 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
             for step in range(start_step + 1, total_steps + 1):  # step = optimizer updates done after this one
                 step_start = time.perf_counter()
                 log_now = step % options.logging_steps == 0 or step == total_steps
-                entry = task.train_step(step, batches, log_now)
+                entry = recipe.train_step(step, batches, log_now)
                 session_seconds += time.perf_counter() - step_start
-                state["train_seconds"] += time.perf_counter() - step_start
-                state["step"] = step
-                check_finite(entry["loss"], step, folder.checkpoints)
-                step_flops = entry.pop("model_flops", None)
-                if log_now:
-                    accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
-                # in the history, not tracked metrics: both cumulative, so any span of steps gives its FLOP/s
-                entry["train_seconds"] = state["train_seconds"]
-                if step_flops is not None:
-                    session_flops += step_flops
-                    # absent: resumed from an earlier release's checkpoint, whose steps' FLOPs are unknown
-                    if state.get("model_flops") is not None:
-                        state["model_flops"] = entry["model_flops"] = state["model_flops"] + step_flops
-                state["history"].append(entry)
-                run.history.append(entry)
+                session_flops += record_step(run, entry, step, step_start, log_now, folder.checkpoints)
                 speed = (step - start_step) * options.items_per_step / session_seconds
                 mfu = session_flops / session_seconds / run.peak_flops if run.peak_flops and session_flops else None
                 progress.update(1)
@@ -236,7 +209,7 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
                 )
                 if options.eval_steps and (step % options.eval_steps == 0 or step == total_steps):
                     with timer.part("evaluation"):
-                        task.evaluate(step, progress.write)
+                        recipe.evaluate(step, progress.write)
 
                 stop = stop_requested(accelerator, interrupt)
                 # the last step is saved below, once the loop is done
@@ -260,8 +233,58 @@ def run_training(config, task: TrainingTask, *, resume: bool | str | None = None
         if saved_step != state["step"] or checkpoint is None:
             checkpoint = save(options.save_total_limit if options.keep_last_checkpoint else 0)
         run.last_checkpoint = checkpoint
-        results = task.export(run)
+        results = recipe.export(run)
         folder.finish(drop=None if options.keep_last_checkpoint else checkpoint)
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def start_or_resume_state(recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder) -> dict:
+    """The trainer state the run starts from: a fresh one, or the checkpoint's when resuming (on the same data; the
+    run timer continues from it)."""
+    state = new_trainer_state(**recipe.initial_state())
+    if folder.checkpoint is not None:
+        fresh = state
+        state = load_checkpoint(run.accelerator, folder.checkpoint)
+        check_same_data(state, fresh, folder.checkpoint)
+        state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
+        logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
+        run.timer.restore(state)
+    return state
+
+
+def start_progress(recipe: TrainingRecipe, run: TrainingRun, options: LoopOptions):
+    """The log line that starts the loop (what is trained, where, at which precision) and its progress bar."""
+    from tqdm.auto import tqdm
+
+    accelerator, mixed_precision = run.accelerator, run.mixed_precision
+    logger.info(
+        "%s on %d process(es), %s, %s%s", recipe.describe(run), accelerator.num_processes, accelerator.device,
+        precision_label(mixed_precision), " (mixed precision auto)" if run.config.mixed_precision == "auto" else "",
+    )  # fmt: skip
+    return tqdm(
+        total=run.total_steps, initial=run.start_step, desc=options.progress_desc,
+        disable=not accelerator.is_local_main_process, dynamic_ncols=True,
+    )  # fmt: skip
+
+
+def record_step(run: TrainingRun, entry: dict, step: int, step_start: float, log_now: bool, checkpoints) -> int:
+    """One trained step's bookkeeping: its time in the trainer state, the stop on a non-finite loss, the trackers
+    (every ``logging_steps``), the cumulative training time and model FLOPs in the entry, the history. Returns the
+    step's model FLOPs (0 where the recipe does not count them)."""
+    state = run.state
+    state["train_seconds"] += time.perf_counter() - step_start
+    state["step"] = step
+    check_finite(entry["loss"], step, checkpoints)
+    step_flops = entry.pop("model_flops", None)
+    if log_now:
+        run.accelerator.log({key: value for key, value in entry.items() if key != "step"}, step=step)
+    # in the history, not tracked metrics: both cumulative, so any span of steps gives its FLOP/s
+    entry["train_seconds"] = state["train_seconds"]
+    # absent: resumed from an earlier release's checkpoint, whose steps' FLOPs are unknown
+    if step_flops is not None and state.get("model_flops") is not None:
+        state["model_flops"] = entry["model_flops"] = state["model_flops"] + step_flops
+    state["history"].append(entry)
+    run.history.append(entry)
+    return step_flops or 0

@@ -25,7 +25,7 @@ from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.safe_load import load_tensors
 from simcse_weince.settings import load_config
 from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.loop import LoopOptions, TrainingRun, TrainingTask, run_training
+from simcse_weince.training.loop import LoopOptions, TrainingRecipe, TrainingRun, run_training
 from simcse_weince.training.runs import CHECKPOINTS, CONFIG_FILE, TRAINER_STATE, latest_checkpoint, read_trainer_state
 from simcse_weince.vision.augment import TwoViews, simclr_augmentation
 from simcse_weince.vision.backbones import SimCLRModel
@@ -48,11 +48,11 @@ def train(config: VisionTrainConfig, *, resume: bool | str | None = None, overwr
     and augmentations of the uninterrupted run (mid-epoch too). ``overwrite`` replaces an earlier run in ``output_dir``.
     ``history`` holds the steps trained by this call (loss and, on logging steps, WEINCE's λ statistics).
     """
-    return run_training(config, VisionTask(config), resume=resume, overwrite=overwrite)
+    return run_training(config, VisionRecipe(config), resume=resume, overwrite=overwrite)
 
 
-class VisionTask(TrainingTask):
-    """SimCLR pretraining as a :class:`TrainingTask` of :func:`~simcse_weince.training.loop.run_training`: no
+class VisionRecipe(TrainingRecipe):
+    """SimCLR pretraining as a :class:`TrainingRecipe` of :func:`~simcse_weince.training.loop.run_training`: no
     evaluation during training (linear probe and kNN of the frozen features are ``vision eval``), and the last
     step's checkpoint is the result (``vision eval`` reads it)."""
 
