@@ -2,7 +2,7 @@
 
 - the trainer's step on a 2- and a 3-column batch gives the loss and gradients of a brute-force reference written
   from the definition (each anchor's row: its positive, the other rows' positives, then every hard negative), for
-  InfoNCE and WEINCE (``reference_simcse`` of test_weince_bruteforce.py), plainly and with GradCache;
+  InfoNCE and WEINCE (:func:`simcse_weince.weince.reference.reference_weince_loss`), plainly and with GradCache;
 - on the same embeddings InfoNCE equals sentence-transformers' ``MultipleNegativesRankingLoss``;
 - a 3-column run resumes exactly after a SIGKILL, and ``SentenceTransformer(output_dir)`` (with the kept MLP as a
   Dense module) reproduces its reported score;
@@ -19,7 +19,6 @@ import sys
 
 import pytest
 import torch
-from test_weince_bruteforce import reference_simcse
 from train_helpers import (
     REPO_ROOT,
     assert_grads_close,
@@ -39,6 +38,7 @@ from simcse_weince.text.data import PaddingCollator, load_training_data, tokeniz
 from simcse_weince.text.model import SimCSEModel
 from simcse_weince.text.trainer import forward_backward, train
 from simcse_weince.weince.loss import WeinceConfig
+from simcse_weince.weince.reference import reference_weince_loss
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))
 from sick_supervised_demo import build_sick_files  # noqa: E402
@@ -86,7 +86,7 @@ def _reference_step(model, batch, columns, loss, temperature=0.05):
             torch.testing.assert_close(alone.double(), view, rtol=1e-5, atol=1e-6)
     anchors, candidates = views[0], torch.cat(views[1:])  # [positives; hard negatives]
     if loss == "weince":
-        value, _ = reference_simcse(anchors, candidates, temperature, CONFIG)
+        value, _ = reference_weince_loss(anchors, candidates, temperature=temperature, weince=CONFIG)
     else:  # cross-entropy of column i among all candidates, written out
         sims = torch.nn.functional.normalize(anchors, dim=1) @ torch.nn.functional.normalize(candidates, dim=1).T
         logits = sims / temperature
@@ -98,8 +98,7 @@ def _reference_step(model, batch, columns, loss, temperature=0.05):
 def _trainer_step(model, batch, columns, loss, accelerator, mini_batch_size=None):
     model.zero_grad(set_to_none=True)
     objective = ContrastiveObjective(loss, 0.05, weince=CONFIG)
-    value, diagnostics = forward_backward(model, batch, objective, accelerator, mini_batch_size,
-                                          num_columns=len(columns))  # fmt: skip
+    value, _ = forward_backward(model, batch, objective, accelerator, mini_batch_size, num_columns=len(columns))
     return value.item(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
