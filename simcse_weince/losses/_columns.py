@@ -57,13 +57,6 @@ def is_cosine(similarity_fct) -> bool:
     return similarity_fct is cos_sim
 
 
-def check_weince(weince) -> WeinceConfig:
-    """The loss's WeinceConfig (the paper's defaults for None); anything else is refused by name."""
-    if weince is not None and not isinstance(weince, WeinceConfig):
-        raise TypeError(f"weince must be a WeinceConfig, got {type(weince).__name__}")
-    return weince or WeinceConfig()
-
-
 def setting(name: str, doc: str) -> property:
     """A read-only attribute of a loss that is a field of its validated :class:`ContrastiveSettings`."""
     return property(lambda self: getattr(self.settings, name), doc=doc)
@@ -145,7 +138,7 @@ class ColumnsLoss(nn.Module):
             )
         temperature = resolve_temperature(temperature, scale)
         self.model = model
-        weince = check_weince(weince)
+        weince = WeinceConfig() if weince is None else weince  # its type: ContrastiveSettings checks it
         similarity_fct = cos_sim if similarity_fct is None else similarity_fct
         if not callable(similarity_fct):
             raise ValueError(f"similarity_fct must be a function of two embedding matrices, got {similarity_fct!r}")

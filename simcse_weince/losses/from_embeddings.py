@@ -47,6 +47,11 @@ DEFAULT_DIRECTIONS = ("query_to_doc",)
 # MNRL's default is None, which ignores hardness_strength; ours has always applied hardness_strength > 0 to the
 # in-batch negatives, and keeps doing so: with hardness_strength = 0 (the default) both mean no weighting.
 DEFAULT_HARDNESS_MODE = "in_batch_negatives"
+#: why WEINCE and its statistics refuse a similarity_fct (ContrastiveSettings, contrastive_loss)
+COSINE_ONLY = (
+    "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for similarities "
+    "bounded by 1; leave similarity_fct unset"
+)
 
 
 def check_contrastive_options(
@@ -183,10 +188,7 @@ class ContrastiveSettings:
                 f"partition_mode={partition_mode!r}, hardness_mode={hardness_mode!r}"
             )
         if self.similarity_fct is not None and self.loss == "weince":
-            raise ValueError(
-                "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
-                "similarities bounded by 1; leave similarity_fct unset"
-            )
+            raise ValueError(COSINE_ONLY)
         object.__setattr__(self, "directions", directions)
         object.__setattr__(self, "partition_mode", partition_mode)
         object.__setattr__(self, "hardness_mode", hardness_mode)
@@ -203,9 +205,11 @@ def contrastive_loss(
     """The loss of per-column embeddings under validated ``settings``: what :func:`loss_from_embeddings`, the loss
     classes and the trainers' objective compute. ``mixing_weight`` fixes WEINCE's λ for every anchor (the
     objective's check of the extreme cosines; None: the paper's λ, or 0 for InfoNCE). ``statistics`` needs cosine
-    similarity (``settings.similarity_fct`` None)."""
+    similarity (``settings.similarity_fct`` None), or it is refused."""
     if len(columns) > 2 and settings.geometry != "simcse":
         raise ValueError(f"hard negatives need the simcse geometry, not {settings.geometry!r}")
+    if statistics and settings.similarity_fct is not None:
+        raise ValueError(COSINE_ONLY)
     hardness_strength, hardness_mode = settings.hardness_strength, settings.hardness_mode
     if hardness_mode is None:  # MNRL: no hardness weighting, whatever hardness_strength says
         hardness_strength, hardness_mode = 0.0, DEFAULT_HARDNESS_MODE
@@ -279,11 +283,6 @@ def loss_from_embeddings(
     The options are checked on every call (by :class:`ContrastiveSettings`); a loss called every step builds its
     settings once and calls :func:`contrastive_loss`.
     """
-    if similarity_fct is not None and statistics:
-        raise ValueError(
-            "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for "
-            "similarities bounded by 1; leave similarity_fct unset"
-        )
     settings = ContrastiveSettings(
         loss=loss, temperature=temperature, weince=weince, geometry=geometry, gather=gather,
         hardness_strength=hardness_strength, directions=directions, partition_mode=partition_mode,
@@ -326,9 +325,9 @@ class ContrastiveObjective:
         gather: bool = True,
         extra_terms=None,
         hardness_strength: float = 0.0,
-        directions: tuple[str, ...] = ("query_to_doc",),
+        directions: tuple[str, ...] = DEFAULT_DIRECTIONS,
         partition_mode: str = "joint",
-        hardness_mode: str | None = "in_batch_negatives",
+        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
     ):
         self.settings = ContrastiveSettings(
             loss=loss, temperature=float(temperature), weince=weince or WeinceConfig(), geometry=geometry,
