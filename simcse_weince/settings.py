@@ -195,8 +195,16 @@ def save_config(config, path: Path) -> None:
 
 
 def load_config(cls, path: Path, aliases: dict[str, str] | None = None):
-    """A config of class ``cls`` from a YAML/JSON file of settings (as :func:`save_config` writes)."""
-    return apply_overrides(cls(), read_config_file(path), aliases)
+    """A config of class ``cls`` from a YAML/JSON file of settings (as :func:`save_config` writes), read as it meant
+    when it was written (``cls.read_recorded``, where the class has one)."""
+    return apply_overrides(cls(), recorded_settings(cls, read_config_file(path)), aliases)
+
+
+def recorded_settings(cls, values: dict) -> dict:
+    """Recorded settings of a config class ``cls``, with what a file written before a setting existed meant by
+    its absence (``cls.read_recorded(values)``; as they are for a class without one)."""
+    read_recorded = getattr(cls, "read_recorded", None)
+    return read_recorded(values) if read_recorded is not None else values
 
 
 def _flag(name: str) -> str:

@@ -8,6 +8,8 @@ import pytest
 import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.base.losses.gradcache import _create_minibatch
+from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
+from sentence_transformers.util import cos_sim
 from train_helpers import assert_grads_close, flat_parameters
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
@@ -73,7 +75,6 @@ def test_cached_infonce_equals_infonce_with_dropout_off(model, wiki_sentences, n
 
 
 def test_cached_infonce_equals_sentence_transformers_cached_mnrl(model, wiki_sentences):
-    from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, 3)
@@ -160,21 +161,17 @@ def test_options_are_checked_and_reported(model):
         CachedWeinceLoss(model, mini_batch_num_tokens=-1)
     with pytest.raises(ValueError, match="temperature"):
         CachedWeinceLoss(model, temperature=0.0)
-    with pytest.raises(TypeError):
-        CachedWeinceLoss(model, 0.05, CONFIG)  # options after temperature are keyword-only
+    with pytest.raises(TypeError):  # ours are keyword-only; CMNRL's bind positionally as in CMNRL
+        CachedWeinceLoss(model, 20.0, cos_sim, 32, None, False, ("query_to_doc",), "joint", False, None, 0.0, CONFIG)
     with pytest.raises(ValueError, match="at least one text column"):
         CachedWeinceLoss(model)([])
-    loss = CachedWeinceLoss(model, 0.1, weince=CONFIG, mini_batch_size=7, gather_across_devices=True)
+    loss = CachedWeinceLoss(model, 10.0, weince=CONFIG, mini_batch_size=7, gather_across_devices=True)
     config = loss.get_config_dict()
-    assert config["temperature"] == 0.1 and config["mini_batch_size"] == 7 and config["quantile"] == 0.3
+    assert config["scale"] == 10.0 and config["mini_batch_size"] == 7 and config["quantile"] == 0.3
     assert config["gather_across_devices"] is True and config["mini_batch_num_tokens"] is None
     assert loss.last_statistics == {}
-    assert "2101.06983" in loss.citation and "2606.00262" in loss.citation
-    assert CachedInfoNCELoss(model).get_config_dict() == {
-        "temperature": 0.05, "similarity_fct": "cos_sim", "gather_across_devices": False,
-        "directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": "in_batch_negatives",
-        "hardness_strength": 0.0, "mini_batch_size": 32, "mini_batch_num_tokens": None,
-    }  # fmt: skip
+    assert "2101.06983" in loss.citation and "2606.00262" in loss.loss.citation  # the card cites both (get_losses)
+    assert CachedInfoNCELoss(model).get_config_dict() == CachedMultipleNegativesRankingLoss(model).get_config_dict()
 
 
 # ------------------------------------------------------------------------- training on the real MiniLM
@@ -230,7 +227,7 @@ def test_weince_hardness_in_the_sentence_transformers_losses(model, wiki_sentenc
     embeddings, its GradCache form gives the same loss and gradients, and bad strengths are refused up front."""
     model = _dropout_off(model)
     features = _columns(model, wiki_sentences, num_columns)
-    loss_fn = WeinceLoss(model, weince=CONFIG, hardness_strength=9.0)
+    loss_fn = WeinceLoss(model, weince=CONFIG, hardness_mode="in_batch_negatives", hardness_strength=9.0)
     expected_loss, expected_grads = _loss_and_grads(model, loss_fn, features)
     with torch.no_grad():
         embeddings = [model(dict(f))["sentence_embedding"] for f in features]
@@ -239,7 +236,8 @@ def test_weince_hardness_in_the_sentence_transformers_losses(model, wiki_sentenc
     assert expected_loss.item() == pytest.approx(core.item(), rel=1e-5, abs=1e-6)
     plain = weince_loss(anchors, candidates, temperature=0.05, weince=CONFIG)
     assert abs(core.item() - plain.item()) > 1e-3  # the term changes the loss on these embeddings
-    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3, hardness_strength=9.0)
+    cached = CachedWeinceLoss(model, weince=CONFIG, mini_batch_size=3, hardness_mode="in_batch_negatives",
+                              hardness_strength=9.0)  # fmt: skip
     loss, grads = _loss_and_grads(model, cached, features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
     assert_grads_close(grads, expected_grads)

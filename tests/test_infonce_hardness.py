@@ -77,10 +77,10 @@ def test_the_trainer_takes_it_for_both_losses():
     from simcse_weince.text.config import preset
 
     anchors, positives = _embeddings(2)
-    objective = ContrastiveObjective("infonce", 0.05, hardness_strength=9.0)
+    objective = ContrastiveObjective("infonce", 0.05, hardness_mode="in_batch_negatives", hardness_strength=9.0)
     loss, _ = objective(anchors, positives)
     assert loss.item() == infonce_loss(anchors, positives, temperature=0.05, hardness_strength=9.0).item()
-    weince_objective = ContrastiveObjective("weince", 0.05, hardness_strength=9.0)
+    weince_objective = ContrastiveObjective("weince", 0.05, hardness_mode="in_batch_negatives", hardness_strength=9.0)
     loss, logs = weince_objective(anchors, positives)
     assert loss.item() == weince_loss(anchors, positives, temperature=0.05, hardness_strength=9.0).item()
     assert loss.item() != weince_loss(anchors, positives, temperature=0.05).item()

@@ -21,7 +21,11 @@ from test_train_distributed import _has_torchrun_module, _run_two_processes
 from train_helpers import REPO_ROOT
 
 from simcse_weince import CachedInfoNCELoss, CachedWeinceLoss, InfoNCELoss, WeinceConfig, WeinceLoss
-from simcse_weince.losses.from_embeddings import check_contrastive_options, loss_from_embeddings
+from simcse_weince.losses.from_embeddings import (
+    ContrastiveObjective,
+    check_contrastive_options,
+    loss_from_embeddings,
+)
 from simcse_weince.weince import tail
 from simcse_weince.weince.directions import directions_loss
 from simcse_weince.weince.loss import weince_logits
@@ -105,6 +109,7 @@ def test_scale_and_config_dict_follow_mnrl():
         partition_mode="per_direction", hardness_mode="in_batch_negatives", hardness_strength=9.0,
     )  # fmt: skip
     assert loss.scale == pytest.approx(42.0) and loss.temperature == pytest.approx(1 / 42)
+    assert CachedWeinceLoss(NO_ENCODER, 42.0).scale == pytest.approx(42.0)  # CMNRL's second positional
     assert loss.directions == ("query_to_doc", "doc_to_query") and loss.partition_mode == "per_direction"
     assert loss.hardness_mode == "in_batch_negatives" and loss.hardness_strength == 9.0
     config = loss.get_config_dict()
@@ -115,17 +120,23 @@ def test_scale_and_config_dict_follow_mnrl():
     assert WeinceLoss(NO_ENCODER, scale=20.0).temperature == WeinceLoss(NO_ENCODER).temperature
 
 
-def test_hardness_strength_alone_keeps_meaning_in_batch_negatives():
-    """Today's ``hardness_strength=α`` (no mode) stays MNRL's ``in_batch_negatives``, bit for bit; an explicit
-    ``hardness_mode=None`` ignores α, as MNRL does."""
+def test_hardness_strength_alone_is_ignored_as_mnrl_ignores_it():
+    """``hardness_strength=α`` without a mode does what MNRL does with it (nothing: its default mode is None), in
+    the function, the four classes and the trainers' objective; a named mode applies it."""
     generator = torch.Generator().manual_seed(0)
     columns = [torch.randn(8, 16, generator=generator) for _ in range(3)]
     for loss in ("weince", "infonce"):
         alone = loss_from_embeddings(columns, loss=loss, hardness_strength=9.0).loss
         named = loss_from_embeddings(columns, loss=loss, hardness_strength=9.0, hardness_mode="in_batch_negatives").loss
-        off = loss_from_embeddings(columns, loss=loss, hardness_strength=9.0, hardness_mode=None).loss
-        assert torch.equal(alone, named) and not torch.equal(alone, off)
-        assert torch.equal(off, loss_from_embeddings(columns, loss=loss).loss)
+        plain = loss_from_embeddings(columns, loss=loss).loss
+        assert torch.equal(alone, plain) and not torch.equal(alone, named)
+        objective_loss, _ = ContrastiveObjective(loss, 0.05, gather=False, hardness_strength=9.0)(*columns)
+        assert torch.equal(objective_loss, plain)
+    for loss_class in (WeinceLoss, InfoNCELoss, CachedWeinceLoss, CachedInfoNCELoss):
+        assert loss_class(NO_ENCODER, hardness_strength=9.0).hardness_mode is None
+    mnrl = MultipleNegativesRankingLoss(NO_ENCODER, hardness_strength=9.0)
+    ours = InfoNCELoss(NO_ENCODER, hardness_strength=9.0)
+    assert torch.equal(ours.compute_loss_from_embeddings(columns), mnrl.compute_loss_from_embeddings(columns, None))
 
 
 # --------------------------------------------------------------------- equal to sentence-transformers at λ = 0

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import yaml
+from train_helpers import REPO_ROOT
 
 from simcse_weince.cli import main
 from simcse_weince.compare.cells import cell_configs, load_variants
@@ -53,7 +54,7 @@ def _printed_config(capsys, *flags) -> dict:
 
 def test_flags_and_config_keys_set_the_options(capsys, tmp_path):
     default = _printed_config(capsys)
-    assert [default[name] for name in OPTIONS] == [["query_to_doc"], "joint", "in_batch_negatives"]
+    assert [default[name] for name in OPTIONS] == [["query_to_doc"], "joint", None]
     flags = ["--directions", "query_to_doc", "doc_to_query", "--partition-mode", "per_direction", "--hardness-mode",
              "hard_negatives", "--hardness-strength", "5"]  # fmt: skip
     spaced = _printed_config(capsys, *flags)
@@ -153,7 +154,7 @@ def default_run(tiny_model_one_layer, files, data_dir, tmp_path_factory):
 
 
 def test_results_and_card_record_the_options(default_run):
-    assert [default_run["config"][name] for name in OPTIONS] == [["query_to_doc"], "joint", "in_batch_negatives"]
+    assert [default_run["config"][name] for name in OPTIONS] == [["query_to_doc"], "joint", None]
     card = render_model_card(default_run)
     loss_line = next(line for line in card.splitlines() if line.startswith("- **Loss:**"))
     assert "directions" not in loss_line and "hardness" not in loss_line  # the plain loss says nothing more
@@ -196,3 +197,32 @@ def test_a_run_with_the_options_trains_and_records_them(
         assert results["history"][0]["loss"] != default_run["history"][0]["loss"]
     else:
         assert "hardness weighting `all_negatives` with strength 5" in card
+
+
+def test_archived_runs_read_as_they_were_recorded(tmp_path):
+    """``hardness_mode``'s default is MNRL's None (a strength alone weighs nothing), and the built-in variants that
+    weigh negatives name their mode. A run recorded before the key existed, whose ``hardness_strength`` weighed the
+    in-batch negatives, reads as it was recorded: its training_config.yaml and its results.json (what ``compare``
+    checks a reused cell against) give in_batch_negatives, and the built-in variant of that name is that config."""
+    from simcse_weince.compare.cells import _recorded_config
+    from simcse_weince.text.cells import TEXT_CELLS
+    from simcse_weince.settings import load_config, save_config
+    from simcse_weince.text.config import TrainConfig
+
+    archived = REPO_ROOT / "results" / "study" / "cpu-cls"
+    hardness = archived / "infonce-hardness" / "seed-3"
+    assert "hardness_mode" not in (hardness / "training_config.yaml").read_text(encoding="utf-8")
+    recorded = load_config(TrainConfig, hardness / "training_config.yaml")
+    assert (recorded.hardness_mode, recorded.hardness_strength) == ("in_batch_negatives", 9.0)
+    from_results = _recorded_config(recorded, json.loads((hardness / "results.json").read_text())["config"], TEXT_CELLS)
+    assert from_results.hardness_mode == "in_batch_negatives"
+    variant = preset("cpu-cls", **TEXT_VARIANTS["infonce-hardness"])
+    assert (variant.hardness_mode, variant.hardness_strength) == (recorded.hardness_mode, recorded.hardness_strength)
+    # a run without hardness keeps the new default (no difference to report when compare reuses it)
+    plain = load_config(TrainConfig, archived / "weince" / "seed-3" / "training_config.yaml")
+    assert plain.hardness_mode is None and plain.hardness_strength == 0.0
+    # a config saved now records its mode, None included, and reads back as it was
+    saved = tmp_path / "training_config.yaml"
+    save_config(preset("cpu-demo", hardness_strength=9.0), saved)
+    assert load_config(TrainConfig, saved).hardness_mode is None
+    assert preset("cpu-demo").hardness_mode is None

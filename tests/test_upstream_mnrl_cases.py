@@ -266,8 +266,8 @@ def test_c_same_grad(model, kind, same_data, scaler, precision):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_c_attributes_and_config(model, kind):
-    """C ``test_cmnrl_attributes_and_config_back_compat``: MNRL's attributes and config keys (ours reports
-    ``temperature`` where MNRL reports ``scale``), validation of ``scale``, and a ``partial`` similarity."""
+    """C ``test_cmnrl_attributes_and_config_back_compat``: MNRL's attributes and config keys, validation of
+    ``scale``, and a ``partial`` similarity."""
     loss = _ours(kind, True, model, scale=42.0, mini_batch_size=4, directions=("query_to_doc", "doc_to_query"),
                  partition_mode="per_direction", hardness_mode="in_batch_negatives", hardness_strength=9.0)  # fmt: skip
     assert loss.scale == pytest.approx(42.0) and loss.temperature == pytest.approx(1 / 42.0)
@@ -281,7 +281,7 @@ def test_c_attributes_and_config(model, kind):
     }  # fmt: skip
     config = loss.get_config_dict()
     assert {key: config[key] for key in expected} == expected
-    assert config["temperature"] == pytest.approx(1 / 42.0)
+    assert config["scale"] == pytest.approx(42.0)
     with pytest.raises(ValueError, match="scale must be a finite positive number"):
         _ours(kind, True, model, scale=-1.0)
     assert "cos_sim" in _ours(kind, True, model, similarity_fct=partial(cos_sim)).get_config_dict()["similarity_fct"]
@@ -306,12 +306,22 @@ def test_c_matryoshka(model, kind, mini_batch_size):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_c_hyperparameters_stay_assignable(model, kind):
-    """C ``test_cmnrl_hyperparameters_stay_assignable`` (``scale``; see the module docstring for the rest)."""
+    """C ``test_cmnrl_hyperparameters_stay_assignable``: ``scale`` and an ``nn.Module`` similarity (InfoNCE; WEINCE
+    refuses a non-cosine similarity at assignment, with the reason, and keeps its own)."""
     loss = _ours(kind, True, model, mini_batch_size=4)
     loss.scale = 5.0
     assert loss.scale == pytest.approx(5.0) and loss.loss.scale == pytest.approx(5.0)
     assert loss.temperature == pytest.approx(0.2)
-    loss.get_config_dict()
+    similarity = torch.nn.CosineSimilarity(dim=-1)
+    if kind == "weince":
+        with pytest.raises(ValueError, match="cosine similarity only"):
+            loss.similarity_fct = similarity
+        assert loss.similarity_fct is cos_sim
+    else:
+        loss.similarity_fct = similarity
+        assert loss.similarity_fct is similarity and loss.loss.similarity_fct is similarity
+    assert "similarity_fct" not in loss._modules, "the module must not shadow the property on the wrapper"
+    loss.get_config_dict()  # must not raise for a __name__-less similarity
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -57,7 +57,14 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose among {list(FAMILIES)}")
     for family in families:  # trains what is missing (compare reuses finished cells and resumes stopped ones)
-        variants = {variant_name(family, a): {"loss": FAMILIES[family], "hardness_strength": a} for a in ALPHAS}
+        variants = {
+            variant_name(family, a): {
+                "loss": FAMILIES[family],
+                "hardness_mode": "in_batch_negatives",
+                "hardness_strength": a,
+            }
+            for a in ALPHAS
+        }
         baseline = variant_name(family, PEER_DEFAULT)
         compare(base, variants, [PILOT_SEED], output_dir / family, kind=TEXT_CELLS, baseline=baseline)
 

@@ -67,8 +67,16 @@ def study_variants(choice: dict) -> dict[str, dict]:
     return {
         "infonce": {"loss": "infonce"},
         "weince": {"loss": "weince"},
-        "infonce-hardness": {"loss": "infonce", "hardness_strength": float(choice["infonce-hardness"])},
-        "weince-hardness": {"loss": "weince", "hardness_strength": float(choice["weince-hardness"])},
+        "infonce-hardness": {
+            "loss": "infonce",
+            "hardness_mode": "in_batch_negatives",
+            "hardness_strength": float(choice["infonce-hardness"]),
+        },
+        "weince-hardness": {
+            "loss": "weince",
+            "hardness_mode": "in_batch_negatives",
+            "hardness_strength": float(choice["weince-hardness"]),
+        },
     }
 
 

@@ -57,7 +57,16 @@ def record(workdir: Path, vision_log_flag: list[str] = VISION_LOG_EVERY, extra: 
     if extra:  # added with issue 38: the trainer's GradCache step and the supervised columns
         runs["cpu-demo-gradcache"] = ["train", *TEXT_ARGS, "--mini-batch-size", "16"]
         triplets = _triplets_file(workdir, resolve_data_dir(None))
-        runs["triplets-hardness"] = ["train", *TEXT_ARGS, "--train-file", str(triplets), "--hardness-strength", "9"]
+        runs["triplets-hardness"] = [
+            "train",
+            *TEXT_ARGS,
+            "--train-file",
+            str(triplets),
+            "--hardness-strength",
+            "9",
+            "--hardness-mode",
+            "in_batch_negatives",
+        ]
     runs["digits"] = ["vision", "train", *VISION_ARGS, *vision_log_flag]
     losses = {}
     for name, args in runs.items():

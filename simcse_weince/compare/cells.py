@@ -19,6 +19,7 @@ from simcse_weince.settings import (
     changed_settings,
     flatten_overrides,
     load_config,
+    recorded_settings,
     setting_text,
 )
 
@@ -152,7 +153,7 @@ def _differences(config, recorded, not_applied: dict | None = None) -> dict[str,
 def _recorded_config(config, values: dict, kind: CellKind):
     """The settings a cell recorded, as a config of ``config``'s class (the names of earlier releases, the kind's
     ``aliases``, read too)."""
-    return apply_overrides(type(config)(), values, kind.aliases)
+    return apply_overrides(type(config)(), recorded_settings(type(config), values), kind.aliases)
 
 
 def _read_finished(folder: Path, config, kind: CellKind) -> dict | None:

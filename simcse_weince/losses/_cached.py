@@ -6,15 +6,17 @@ citation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_static_embedding_input
+from sentence_transformers.util import cos_sim
 from torch import Tensor, nn
 
 from simcse_weince.deprecation import renamed_attribute
 from simcse_weince.losses._columns import ColumnsLoss, fill_shared_sections
+from simcse_weince.losses.from_embeddings import DEFAULT_DIRECTIONS, DEFAULT_HARDNESS_MODE
 
 GRADCACHE_CITATION = """
 @misc{gao2021scaling,
@@ -64,14 +66,20 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float | None = None,
-        *,
+        scale: float | None = None,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
         mini_batch_size: int = 32,
         mini_batch_num_tokens: int | None = None,
+        gather_across_devices: bool = False,
+        directions: Sequence[str] = DEFAULT_DIRECTIONS,
+        partition_mode: str = "joint",
         show_progress_bar: bool = False,
+        hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
+        hardness_strength: float = 0.0,
         **options: Any,
     ) -> None:
-        """``options``: every option of the wrapped loss (``wrapped_class``), which checks them."""
+        """CachedMultipleNegativesRankingLoss's signature; ``options``: the wrapped loss's own, keyword-only
+        (``temperature``, ``weince``, ``track_statistics``). The wrapped loss (``wrapped_class``) checks them."""
         super().__init__()
         if has_static_embedding_input(model):
             raise ValueError(
@@ -81,24 +89,55 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
         self.mini_batch_num_tokens = _check_mini_batch_num_tokens(mini_batch_num_tokens)
         self.model = model
         # The wrapped loss owns and validates the loss's hyper-parameters and computes its statistics.
-        self.loss = self.wrapped_class(model, temperature, **options)
+        self.loss = self.wrapped_class(
+            model, scale, similarity_fct, gather_across_devices, directions, partition_mode, hardness_mode,
+            hardness_strength, **options,
+        )  # fmt: skip
         self.mini_batch_size = _check_mini_batch_size(mini_batch_size)
         self.show_progress_bar = show_progress_bar
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # an option is the wrapped loss's (checked there): nn.Module.__setattr__ would file an nn.Module value
+        # (a similarity_fct) under this module's _modules instead
+        if isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     temperature = forwarded("temperature", settable=True)
     scale = forwarded("scale", settable=True)
     settings = forwarded("settings")
-    similarity_fct = forwarded("similarity_fct")
-    directions = forwarded("directions")
-    partition_mode = forwarded("partition_mode")
-    hardness_mode = forwarded("hardness_mode")
-    hardness_strength = forwarded("hardness_strength")
-    weince = forwarded("weince")
+    similarity_fct = forwarded("similarity_fct", settable=True)
+    directions = forwarded("directions", settable=True)
+    partition_mode = forwarded("partition_mode", settable=True)
+    hardness_mode = forwarded("hardness_mode", settable=True)
+    hardness_strength = forwarded("hardness_strength", settable=True)
+    weince = forwarded("weince", settable=True)
     config = renamed_attribute("config", "weince")
-    gather_across_devices = forwarded("gather_across_devices")
+    gather_across_devices = forwarded("gather_across_devices", settable=True)
+    track_statistics = forwarded("track_statistics", settable=True)
+    recipe_citation = forwarded("recipe_citation")
     last_batch = forwarded("last_batch")
     last_statistics = forwarded("last_statistics")
     last_diagnostics = renamed_attribute("last_diagnostics", "last_statistics")
+
+    @property
+    def mini_batch_size(self) -> int:
+        """Sentences per encoder pass (assignable: checked again)."""
+        return self._mini_batch_size
+
+    @mini_batch_size.setter
+    def mini_batch_size(self, value: int) -> None:
+        self.__dict__["_mini_batch_size"] = _check_mini_batch_size(value)
+
+    @property
+    def mini_batch_num_tokens(self) -> int | None:
+        """If set, mini-batches are packed by non-padding tokens (assignable: checked again)."""
+        return self._mini_batch_num_tokens
+
+    @mini_batch_num_tokens.setter
+    def mini_batch_num_tokens(self, value: int | None) -> None:
+        self.__dict__["_mini_batch_num_tokens"] = _check_mini_batch_num_tokens(value)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         sentence_features = list(sentence_features)
@@ -123,8 +162,8 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
         return loss
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **self.loss.get_config_dict(),
-            "mini_batch_size": self.mini_batch_size,
-            "mini_batch_num_tokens": self.mini_batch_num_tokens,
-        }
+        """CachedMultipleNegativesRankingLoss's keys, in its order, then the wrapped loss's own."""
+        options = self.loss.get_config_dict()
+        mnrl = {key: options.pop(key) for key in ("scale", "similarity_fct")}
+        return {**mnrl, "mini_batch_size": self.mini_batch_size, "mini_batch_num_tokens": self.mini_batch_num_tokens,
+                **options}  # fmt: skip

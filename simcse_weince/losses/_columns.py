@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.util import cos_sim, similarity_fct_name
 from torch import Tensor, nn
 
@@ -57,9 +58,37 @@ def is_cosine(similarity_fct) -> bool:
     return similarity_fct is cos_sim
 
 
-def setting(name: str, doc: str) -> property:
-    """A read-only attribute of a loss that is a field of its validated :class:`ContrastiveSettings`."""
-    return property(lambda self: getattr(self.settings, name), doc=doc)
+def setting(name: str, doc: str, field: str | None = None) -> property:
+    """An option of a loss that is the field ``field`` (default: ``name``) of its validated
+    :class:`ContrastiveSettings`; assigning it validates the settings again (effective at the next call)."""
+    field = field or name
+
+    def assign(self, value) -> None:
+        self._replace_settings(**{field: value})
+
+    return property(lambda self: getattr(self.settings, field), assign, doc=doc)
+
+
+def check_similarity_fct(loss: nn.Module, similarity_fct) -> None:
+    """Refuse what a loss cannot compute with: a non-callable, or (WEINCE) a similarity other than cosine."""
+    if not callable(similarity_fct):
+        raise ValueError(f"similarity_fct must be a function of two embedding matrices, got {similarity_fct!r}")
+    if loss.loss_name == "weince" and not is_cosine(similarity_fct):
+        raise ValueError(
+            f"{type(loss).__name__} takes cosine similarity only (similarity_fct=cos_sim), got "
+            f"{similarity_fct_name(similarity_fct)!r}: its shortfall logit -log(1 - s) needs similarities bounded "
+            f"by 1; use InfoNCELoss for other similarities"
+        )
+
+
+def warn_ignored_hardness(settings: ContrastiveSettings) -> None:
+    """Say so when ``hardness_strength`` is given without a ``hardness_mode`` (MNRL ignores it then, as we do)."""
+    if settings.hardness_mode is None and settings.hardness_strength > 0:
+        logger.warning(
+            "hardness_strength=%g is ignored with hardness_mode=None, as in MultipleNegativesRankingLoss; name a "
+            "hardness_mode (in_batch_negatives: LLaVE's weighting) to apply it",
+            settings.hardness_strength,
+        )
 
 
 #: the Inputs section every loss of this package shares; a loss's docstring holds ``{inputs}`` in its place
@@ -100,13 +129,15 @@ def embed_columns(model: nn.Module, sentence_features: list[dict[str, Tensor]]) 
 
 class ColumnsLoss(nn.Module):
     """A contrastive loss over text columns (column 0 anchors, column 1 positives, further columns hard negatives;
-    one column: unsupervised SimCSE) with sentence-transformers' ``MultipleNegativesRankingLoss`` options. A
-    subclass names its loss (``loss_name``: ``"weince"``, ``"infonce"``) and sets ``track_statistics`` (whether
-    WEINCE's statistics of each batch are kept). The options are validated once, into :attr:`settings`, and every
-    batch goes through :func:`~simcse_weince.losses.from_embeddings.contrastive_loss` with them."""
+    one column: unsupervised SimCSE) with sentence-transformers' ``MultipleNegativesRankingLoss`` options, in its
+    positional order and with its defaults. A subclass names its loss (``loss_name``: ``"weince"``, ``"infonce"``)
+    and sets ``statistics_by_default`` (whether WEINCE's statistics of each batch are kept). The options are validated
+    into :attr:`settings` when the loss is built and whenever one is assigned (``loss.directions = ...``: the same
+    checks, effective at the next call), and every batch goes through
+    :func:`~simcse_weince.losses.from_embeddings.contrastive_loss` with them."""
 
     loss_name: str
-    track_statistics: bool = True  # the default of the option of that name
+    statistics_by_default: bool = True  # the default of the option track_statistics
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -116,62 +147,65 @@ class ColumnsLoss(nn.Module):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float | None = None,
-        *,
         scale: float | None = None,
-        weince: WeinceConfig | None = None,
         similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
         gather_across_devices: bool = False,
         directions: Sequence[str] = DEFAULT_DIRECTIONS,
         partition_mode: str = "joint",
         hardness_mode: str | None = DEFAULT_HARDNESS_MODE,
         hardness_strength: float = 0.0,
+        *,
+        temperature: float | None = None,
+        weince: WeinceConfig | None = None,
         track_statistics: bool | None = None,
     ) -> None:
-        # one signature for every loss of this package (what each option means: the subclass's docstring)
+        # MNRL's signature, then this package's own options, keyword-only (what each means: the subclass's docstring)
         super().__init__()
-        if self.loss_name == "weince" and similarity_fct is not None and not is_cosine(similarity_fct):
-            raise ValueError(
-                f"{type(self).__name__} takes cosine similarity only (similarity_fct=cos_sim), got "
-                f"{getattr(similarity_fct, '__name__', similarity_fct)!r}: its shortfall logit -log(1 - s) needs "
-                f"similarities bounded by 1; use InfoNCELoss for other similarities"
-            )
-        temperature = resolve_temperature(temperature, scale)
-        self.model = model
-        weince = WeinceConfig() if weince is None else weince  # its type: ContrastiveSettings checks it
-        similarity_fct = cos_sim if similarity_fct is None else similarity_fct
-        if not callable(similarity_fct):
-            raise ValueError(f"similarity_fct must be a function of two embedding matrices, got {similarity_fct!r}")
-        self._similarity_fct = similarity_fct
-        self.settings = ContrastiveSettings(
-            loss=self.loss_name, temperature=temperature, weince=weince, gather=gather_across_devices,
-            hardness_strength=hardness_strength, directions=directions, partition_mode=partition_mode,
-            hardness_mode=hardness_mode, similarity_fct=None if is_cosine(similarity_fct) else similarity_fct,
-        )  # fmt: skip
-        if hardness_mode is None and hardness_strength > 0:
+        if scale is not None and not isinstance(scale, bool) and isinstance(scale, (int, float)) and 0 < scale < 1:
             logger.warning(
-                "hardness_strength=%g is ignored with hardness_mode=None (as in MultipleNegativesRankingLoss); "
-                "leave hardness_mode unset (in_batch_negatives) or name a mode to apply it",
-                hardness_strength,
-            )
-        if track_statistics is not None:
-            self.track_statistics = bool(track_statistics)
-        if self.track_statistics and self.settings.similarity_fct is not None:
-            raise ValueError(
-                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
-                "similarity_fct unset or track_statistics off"
-            )
+                "scale=%g is a temperature of %g (scale = 1 / temperature, MultipleNegativesRankingLoss's second "
+                "positional argument); pass temperature=%g if that is what you meant",
+                scale, 1 / scale, scale,
+            )  # fmt: skip
+        self.model = model
+        similarity_fct = cos_sim if similarity_fct is None else similarity_fct
+        check_similarity_fct(self, similarity_fct)
+        self._store_similarity_fct(similarity_fct)
+        self.settings = ContrastiveSettings(
+            loss=self.loss_name, temperature=resolve_temperature(temperature, scale),
+            weince=WeinceConfig() if weince is None else weince,  # its type: ContrastiveSettings checks it
+            gather=gather_across_devices, hardness_strength=hardness_strength, directions=directions,
+            partition_mode=partition_mode, hardness_mode=hardness_mode,
+            similarity_fct=None if is_cosine(similarity_fct) else similarity_fct,
+        )  # fmt: skip
+        warn_ignored_hardness(self.settings)
+        self.track_statistics = self.statistics_by_default if track_statistics is None else track_statistics
         # the last batch's loss, columns and statistics, for a lazy finiteness check when the statistics are read
         # (no per-step device synchronisation)
         self._last: EmbeddingsLoss | None = None
 
-    weince = setting("weince", "The :class:`~simcse_weince.WeinceConfig` of the mixing weight.")
+    def __setattr__(self, name: str, value: Any) -> None:
+        # nn.Module.__setattr__ would file an nn.Module value (a similarity_fct such as nn.CosineSimilarity) under
+        # _modules, bypassing the property and its checks; an option goes through its property's setter instead
+        if isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def _replace_settings(self, **changes: Any) -> None:
+        """Change options: validated as when the loss is built (:class:`ContrastiveSettings`), used from the next
+        call on."""
+        self.settings = dataclasses.replace(self.settings, **changes)
+
+    weince = setting("weince", "The :class:`~simcse_weince.WeinceConfig` of the mixing weight (assignable).")
     config = renamed_attribute("config", "weince")
-    gather_across_devices = setting("gather", "Whether embeddings are gathered from all processes (with gradient).")
-    directions = setting("directions", "MNRL's similarity blocks, a tuple.")
-    partition_mode = setting("partition_mode", "MNRL's ``joint`` or ``per_direction``.")
-    hardness_mode = setting("hardness_mode", "MNRL's hard-negative weighting mode (None: off).")
-    hardness_strength = setting("hardness_strength", "α of the hard-negative weighting (0: off).")
+    gather_across_devices = setting(
+        "gather", "Whether embeddings are gathered from all processes (with gradient; assignable).", field="gather"
+    )
+    directions = setting("directions", "MNRL's similarity blocks, a tuple (assignable).")
+    partition_mode = setting("partition_mode", "MNRL's ``joint`` or ``per_direction`` (assignable).")
+    hardness_mode = setting("hardness_mode", "MNRL's hard-negative weighting mode (None: off; assignable).")
+    hardness_strength = setting("hardness_strength", "α of the hard-negative weighting (0: off; assignable).")
 
     @property
     def temperature(self) -> float:
@@ -180,7 +214,7 @@ class ColumnsLoss(nn.Module):
 
     @temperature.setter
     def temperature(self, value: float) -> None:
-        self.settings = dataclasses.replace(self.settings, temperature=check_temperature(value))
+        self._replace_settings(temperature=check_temperature(value))
 
     @property
     def scale(self) -> float:
@@ -193,13 +227,47 @@ class ColumnsLoss(nn.Module):
 
     @property
     def similarity_fct(self) -> Callable[[Tensor, Tensor], Tensor]:
-        """MNRL's similarity of two embedding matrices (cosine unless given)."""
+        """MNRL's similarity of two embedding matrices (cosine unless given; assignable: any callable MNRL takes,
+        an ``nn.Module`` included, for InfoNCE; cosine only for WEINCE)."""
         return self._similarity_fct
 
+    @similarity_fct.setter
+    def similarity_fct(self, value: Callable[[Tensor, Tensor], Tensor]) -> None:
+        check_similarity_fct(self, value)
+        if self.track_statistics and not is_cosine(value):
+            raise ValueError(
+                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; set "
+                "track_statistics = False before another similarity_fct"
+            )
+        self._replace_settings(similarity_fct=None if is_cosine(value) else value)
+        self._store_similarity_fct(value)
+
+    def _store_similarity_fct(self, value) -> None:
+        # an nn.Module similarity is a submodule (moved with .to(), as MNRL's attribute of that name), kept under
+        # the private name the property reads
+        self._modules.pop("_similarity_fct", None)
+        self.__dict__.pop("_similarity_fct", None)
+        nn.Module.__setattr__(self, "_similarity_fct", value)
+
+    @property
+    def track_statistics(self) -> bool:
+        """Whether each batch's λ statistics are kept (assignable)."""
+        return self._track_statistics
+
+    @track_statistics.setter
+    def track_statistics(self, value: bool) -> None:
+        if value and self.settings.similarity_fct is not None:
+            raise ValueError(
+                "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
+                "similarity_fct unset or track_statistics off"
+            )
+        self.__dict__["_track_statistics"] = bool(value)
+
     def contrastive_options(self) -> dict[str, Any]:
-        """MNRL's options of this loss, as :meth:`get_config_dict` reports them."""
+        """MNRL's options of this loss under MNRL's keys, with MNRL's values (what :meth:`get_config_dict`
+        reports first)."""
         return {
-            "temperature": self.temperature,
+            "scale": self.scale,
             "similarity_fct": similarity_fct_name(self.similarity_fct),
             "gather_across_devices": self.gather_across_devices,
             "directions": self.directions,
@@ -207,6 +275,12 @@ class ColumnsLoss(nn.Module):
             "hardness_mode": self.hardness_mode,
             "hardness_strength": self.hardness_strength,
         }
+
+    @property
+    def recipe_citation(self) -> str:
+        """The paper of the MNRL recipe these options are (as ``MultipleNegativesRankingLoss.citation`` picks it:
+        GTE's for the four directions ``joint``, Jina's for the symmetric ``per_direction``, else InfoNCE's)."""
+        return MultipleNegativesRankingLoss.citation.fget(self)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         sentence_features = list(sentence_features)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
-from simcse_weince.losses.infonce_loss import SIMCSE_CITATION, InfoNCELoss
+from simcse_weince.losses.infonce_loss import InfoNCELoss
 
 
 class CachedInfoNCELoss(CachedColumnsLoss):
@@ -12,19 +12,23 @@ class CachedInfoNCELoss(CachedColumnsLoss):
 
     Args:
         model: the SentenceTransformer to train.
-        temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
-        scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
+        scale: 1 / τ, CMNRL's (default 20: τ = 0.05, SimCSE's).
         similarity_fct: as MNRL's (default cosine), as :class:`~simcse_weince.InfoNCELoss`.
         directions: MNRL's similarity blocks (``"query_to_doc"``, required; ``"query_to_query"``,
             ``"doc_to_query"``, ``"doc_to_doc"``), as :class:`~simcse_weince.InfoNCELoss`.
         partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.InfoNCELoss`.
-        hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
-            None (off), as :class:`~simcse_weince.InfoNCELoss`.
+        hardness_mode: ``"in_batch_negatives"``, ``"hard_negatives"``, ``"all_negatives"`` or None (the default,
+            as CMNRL's: off), as :class:`~simcse_weince.InfoNCELoss`.
         hardness_strength: α ≥ 0 of the hardness weighting (default 0: off).
         mini_batch_size: sentences per encoder pass.
         mini_batch_num_tokens: if set, pack mini-batches by non-padding tokens instead.
         gather_across_devices: gather embeddings from all processes (with gradient) before the loss.
         show_progress_bar: show a progress bar over the mini-batches.
+        temperature, weince, track_statistics: keyword-only, as :class:`~simcse_weince.InfoNCELoss`'s.
+
+    The positional arguments are CMNRL's, in CMNRL's order. Every option is an assignable attribute (checked
+    when assigned, used from the next call on), forwarded to the wrapped :class:`~simcse_weince.InfoNCELoss`
+    (``loss.loss``), which cites the recipe's paper on the model card; this class cites GradCache.
 
     Relations:
         - Equivalent to :class:`~simcse_weince.InfoNCELoss` with memory bounded by ``mini_batch_size``, and to
@@ -42,4 +46,5 @@ class CachedInfoNCELoss(CachedColumnsLoss):
 
     @property
     def citation(self) -> str:
-        return SIMCSE_CITATION + GRADCACHE_CITATION
+        """GradCache's paper; the wrapped loss (``loss.loss``) cites the recipe's and SimCSE's."""
+        return GRADCACHE_CITATION

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simcse_weince.losses._cached import GRADCACHE_CITATION, CachedColumnsLoss
-from simcse_weince.losses.weince_loss import WEINCE_CITATION, WeinceLoss
+from simcse_weince.losses.weince_loss import WeinceLoss
 
 
 class CachedWeinceLoss(CachedColumnsLoss):
@@ -31,16 +31,13 @@ class CachedWeinceLoss(CachedColumnsLoss):
 
     Args:
         model: the SentenceTransformer to train.
-        temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
-        scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
+        scale: 1 / τ of the InfoNCE part, CMNRL's (default 20: τ = 0.05, SimCSE's).
         similarity_fct: cosine only, as :class:`~simcse_weince.WeinceLoss` (WEINCE needs similarities bounded by 1).
         directions: MNRL's similarity blocks (``"query_to_doc"``, required; ``"query_to_query"``,
             ``"doc_to_query"``, ``"doc_to_doc"``), as :class:`~simcse_weince.WeinceLoss`.
         partition_mode: ``"joint"`` (default) or ``"per_direction"``, as :class:`~simcse_weince.WeinceLoss`.
-        hardness_mode: ``"in_batch_negatives"`` (the default here), ``"hard_negatives"``, ``"all_negatives"`` or
-            None (off), as :class:`~simcse_weince.WeinceLoss`.
-        weince: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's;
-            ``config=`` is its old, deprecated name).
+        hardness_mode: ``"in_batch_negatives"``, ``"hard_negatives"``, ``"all_negatives"`` or None (the default,
+            as CMNRL's: off), as :class:`~simcse_weince.WeinceLoss`.
         mini_batch_size: sentences per encoder pass; bounds the activation memory. The batch size
             (the negatives) is set by the data loader as usual.
         mini_batch_num_tokens: if set, mini-batches are packed by their number of non-padding tokens instead
@@ -51,6 +48,16 @@ class CachedWeinceLoss(CachedColumnsLoss):
         hardness_strength: α > 0 adds sentence-transformers' hard-negative weighting (``hardness_mode``) to
             WEINCE's logits, as :class:`~simcse_weince.WeinceLoss`'s option of that name (**ours**, off by
             default).
+        temperature: τ, keyword-only: another spelling of ``1 / scale`` (give one or the other).
+        weince: :class:`~simcse_weince.WeinceConfig`, keyword-only (mixing-weight hyper-parameters; default: the
+            paper's; ``config=`` is its old, deprecated name).
+        track_statistics: keyword-only, as :class:`~simcse_weince.WeinceLoss`'s.
+
+    The positional arguments are CMNRL's, in CMNRL's order; the options only this package has are keyword-only.
+    Every option is an assignable attribute (checked when assigned, used from the next call on), forwarded to the
+    wrapped :class:`~simcse_weince.WeinceLoss` (``loss.loss``), which computes the loss of the whole batch and,
+    as CMNRL's wrapped MNRL does, cites the recipe's paper and WEINCE's on the model card; this class cites
+    GradCache. A batch of one anchor trains at λ = 0, as :class:`~simcse_weince.WeinceLoss`.
 
     After each step, :attr:`last_statistics` holds mean λ, the share of anchors with λ > 0.5, ρ_0, mean ΔAIC
     and mean β̂ of the batch, as for :class:`~simcse_weince.WeinceLoss`.
@@ -62,8 +69,7 @@ class CachedWeinceLoss(CachedColumnsLoss):
           (arXiv:2101.06983).
 
     Requirements:
-        1. Batches of at least 2 examples.
-        2. A model whose inputs can be sliced along the batch (not a ``StaticEmbedding`` model).
+        A model whose inputs can be sliced along the batch (not a ``StaticEmbedding`` model).
 
     {inputs}
 
@@ -98,4 +104,6 @@ class CachedWeinceLoss(CachedColumnsLoss):
 
     @property
     def citation(self) -> str:
-        return WEINCE_CITATION + GRADCACHE_CITATION
+        """GradCache's paper; the wrapped loss (``loss.loss``, on the model card too) cites the recipe's and
+        WEINCE's, so that each is cited once."""
+        return GRADCACHE_CITATION

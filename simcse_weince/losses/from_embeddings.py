@@ -44,9 +44,8 @@ from simcse_weince.weince.loss import (
 _HALF = (torch.float16, torch.bfloat16)
 
 DEFAULT_DIRECTIONS = ("query_to_doc",)
-# MNRL's default is None, which ignores hardness_strength; ours has always applied hardness_strength > 0 to the
-# in-batch negatives, and keeps doing so: with hardness_strength = 0 (the default) both mean no weighting.
-DEFAULT_HARDNESS_MODE = "in_batch_negatives"
+# MNRL's: no hardness weighting, whatever hardness_strength says (a strength applies to the negatives a mode names)
+DEFAULT_HARDNESS_MODE = None
 #: why WEINCE and its statistics refuse a similarity_fct (ContrastiveSettings, contrastive_loss)
 COSINE_ONLY = (
     "WEINCE (and its statistics) need cosine similarity: the shortfall logit -log(1 - s) is defined for similarities "
@@ -178,7 +177,8 @@ class ContrastiveSettings:
         directions, partition_mode, hardness_mode = check_contrastive_options(
             self.directions, self.partition_mode, self.hardness_mode, self.hardness_strength
         )
-        non_default = directions != DEFAULT_DIRECTIONS or hardness_mode not in (None, DEFAULT_HARDNESS_MODE)
+        # simclr's negatives are all in-batch ones: hardness_mode in_batch_negatives is its only weighting
+        non_default = directions != DEFAULT_DIRECTIONS or hardness_mode not in (None, "in_batch_negatives")
         if self.geometry != "simcse" and (non_default or partition_mode != "joint"):
             # simclr's 2N x 2N set treats both views alike already; MNRL's options are defined on (query, doc)
             raise ValueError(
@@ -212,11 +212,21 @@ def contrastive_loss(
         raise ValueError(COSINE_ONLY)
     hardness_strength, hardness_mode = settings.hardness_strength, settings.hardness_mode
     if hardness_mode is None:  # MNRL: no hardness weighting, whatever hardness_strength says
-        hardness_strength, hardness_mode = 0.0, DEFAULT_HARDNESS_MODE
+        hardness_strength, hardness_mode = 0.0, "in_batch_negatives"
     by_directions = settings.directions != DEFAULT_DIRECTIONS or settings.similarity_fct is not None
     if mixing_weight is None and settings.loss == "infonce" and (statistics or by_directions):
         mixing_weight = 0.0  # InfoNCE is WEINCE at λ = 0 wherever the InfoNCE core does not compute it
     anchors, candidates = anchors_and_candidates(columns, settings.gather)
+    if anchors.shape[0] < 2 and settings.geometry == "simcse":
+        # A batch of one anchor (the last batch of an epoch without drop_last): its tail holds too few negatives
+        # for WEINCE's statistics (none at all for a pair), so it trains at λ = 0, which is MNRL's loss (0 for a
+        # pair), and reports no statistics
+        value = directions_loss(
+            anchors, candidates, directions=settings.directions, partition_mode=settings.partition_mode,
+            temperature=settings.temperature, mixing_weight=0.0, hardness_mode=hardness_mode,
+            hardness_strength=hardness_strength, similarity=settings.similarity_fct,
+        )  # fmt: skip
+        return EmbeddingsLoss(value, {}, anchors, candidates)
     if by_directions:
         value = directions_loss(
             anchors, candidates, directions=settings.directions, partition_mode=settings.partition_mode,
@@ -275,8 +285,7 @@ def loss_from_embeddings(
             ``doc_to_query``, ``doc_to_doc``); what WEINCE does on each: :mod:`simcse_weince.weince.directions`.
         partition_mode: MNRL's ``"joint"`` or ``"per_direction"``.
         hardness_mode: MNRL's ``hardness_mode`` (``"in_batch_negatives"``, ``"hard_negatives"``,
-            ``"all_negatives"``, or None: off); the default, ``"in_batch_negatives"``, is what ``hardness_strength``
-            alone has always meant here (MNRL's default None ignores ``hardness_strength``).
+            ``"all_negatives"``, or None, the default, as MNRL's: off, whatever ``hardness_strength`` says).
         similarity_fct: MNRL's ``similarity_fct`` for ``"infonce"`` (e.g. ``sentence_transformers.util.dot_score``);
             None is cosine, the only similarity WEINCE takes (its shortfall logit needs similarities bounded by 1).
 

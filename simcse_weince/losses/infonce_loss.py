@@ -29,11 +29,10 @@ class InfoNCELoss(ColumnsLoss):
 
     Args:
         model: the SentenceTransformer to train.
-        temperature: τ (default 0.05, SimCSE's; MNRL's ``scale=20``).
-        scale: sentence-transformers' spelling of 1 / τ; give ``temperature`` or ``scale``, not both.
-        similarity_fct: the similarity of two embedding matrices, as MNRL's (default
-            ``sentence_transformers.util.cos_sim``; e.g. ``dot_score`` with ``scale=1``). ``track_statistics``
-            needs cosine.
+        scale: 1 / τ, MNRL's (default 20: τ = 0.05, SimCSE's).
+        similarity_fct: the similarity of two embedding matrices, anything MNRL takes (default
+            ``sentence_transformers.util.cos_sim``; e.g. ``dot_score`` with ``scale=1``, an ``nn.Module``).
+            ``track_statistics`` needs cosine.
         gather_across_devices: gather embeddings from all processes (with gradient) before the loss (every
             process computes the global batch's loss; the same gradients as MNRL's after DDP's averaging).
         directions: MNRL's similarity blocks: ``"query_to_doc"`` (required), ``"query_to_query"``,
@@ -41,26 +40,24 @@ class InfoNCELoss(ColumnsLoss):
         partition_mode: ``"joint"`` (one softmax over all blocks; default) or ``"per_direction"`` (one per
             direction, averaged; not with ``query_to_query`` or ``doc_to_doc``), as MNRL.
         hardness_mode: MNRL's hard-negative weighting ``α · stop_grad(s_ij)`` on the ``query_to_doc`` logits of
-            ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` or ``"all_negatives"``; None: off
-            whatever α is. MNRL's default is None, which ignores ``hardness_strength``; here a
-            ``hardness_strength`` given alone applies to the in-batch negatives.
+            ``"in_batch_negatives"``, ``"hard_negatives"`` or ``"all_negatives"``; None (the default, as MNRL's):
+            off whatever α is.
         hardness_strength: α ≥ 0 of that weighting (default 0: off; LLaVE: 9, EmbeddingGemma's
             ``hard_negatives``: 5).
-        track_statistics: also compute WEINCE's tail statistics (without using them) so that
+        temperature: τ, keyword-only: another spelling of ``1 / scale`` (give one or the other).
+        track_statistics: keyword-only: also compute WEINCE's tail statistics (without using them) so that
             :attr:`last_statistics` shows what WEINCE would have done; off by default (pure InfoNCE cost).
-        weince: the :class:`~simcse_weince.WeinceConfig` used for those statistics (``config=`` is its old,
-            deprecated name).
+        weince: keyword-only: the :class:`~simcse_weince.WeinceConfig` used for those statistics (``config=`` is
+            its old, deprecated name).
 
-    The options after ``temperature`` are keyword-only: the losses of this package take different options, and
-    a positional call could bind a value to another loss's option.
+    The positional arguments are MNRL's, in MNRL's order; the options only this package has are keyword-only.
+    Every option is also an attribute that can be assigned after construction, checked as at construction and
+    used from the next call on. A batch of one anchor gives MNRL's value (0 for a pair).
 
     References:
         - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
         - van den Oord et al., *Representation Learning with Contrastive Predictive Coding*, 2018
           (arXiv:1807.03748).
-
-    Requirements:
-        Batches of at least 2 examples.
 
     {inputs}
 
@@ -89,11 +86,13 @@ class InfoNCELoss(ColumnsLoss):
     """
 
     loss_name = "infonce"
-    track_statistics = False  # pure InfoNCE cost unless asked
+    statistics_by_default = False  # pure InfoNCE cost unless asked
 
     def get_config_dict(self) -> dict[str, Any]:
+        """MNRL's keys and values."""
         return self.contrastive_options()
 
     @property
     def citation(self) -> str:
-        return SIMCSE_CITATION
+        """The paper of the MNRL recipe these options are (as MNRL cites it), then SimCSE's."""
+        return self.recipe_citation + SIMCSE_CITATION

@@ -33,11 +33,7 @@ class WeinceLoss(ColumnsLoss):
 
     Args:
         model: the SentenceTransformer to train.
-        temperature: τ of the InfoNCE part (default 0.05, SimCSE's; MNRL's ``scale=20``).
-        scale: sentence-transformers' spelling of 1 / τ, so that MNRL's options carry over; give ``temperature``
-            or ``scale``, not both.
-        weince: :class:`~simcse_weince.WeinceConfig` (mixing-weight hyper-parameters; default: the paper's;
-            ``config=`` is its old, deprecated name).
+        scale: 1 / τ of the InfoNCE part, MNRL's (default 20: τ = 0.05, SimCSE's).
         similarity_fct: cosine only (``sentence_transformers.util.cos_sim``, the default): the shortfall logit
             ``-log(1 - s)`` and the tail statistics need similarities bounded by 1, their endpoint; anything else
             is refused (:class:`~simcse_weince.InfoNCELoss` takes any, as MNRL does).
@@ -52,19 +48,26 @@ class WeinceLoss(ColumnsLoss):
             ``"per_direction"`` (one softmax per direction, each row with its own λ and each direction with its
             own ρ_0, losses averaged; not with ``query_to_query`` or ``doc_to_doc``), as in MNRL.
         hardness_mode: MNRL's hard-negative weighting, ``α · stop_grad(s_ij)`` added to the ``query_to_doc``
-            logits of ``"in_batch_negatives"`` (the default here), ``"hard_negatives"`` (the anchor's own extra
-            columns: EmbeddingGemma's, α = 5) or ``"all_negatives"``; None turns it off whatever α is. MNRL's
-            default is None, which ignores ``hardness_strength``; ours applies a ``hardness_strength`` given
-            alone to the in-batch negatives, as it always has. With α = 0 every mode is off.
+            logits of ``"in_batch_negatives"`` (LLaVE's, α = 9), ``"hard_negatives"`` (the anchor's own extra
+            columns: EmbeddingGemma's, α = 5) or ``"all_negatives"``; None (the default, as MNRL's) turns it off
+            whatever α is. With α = 0 every mode is off.
         hardness_strength: α ≥ 0 of that weighting (default 0: off). **Ours, not the paper's** on top of WEINCE:
             in Studies 2 and 3 (``docs/experiments.md``) it beat the hardness weighting alone on unsupervised
             SimCSE and lost to it, and to InfoNCE, on supervised pairs (SICK), so it is not recommended. λ and
             the tail statistics do not see the term.
-        track_statistics: keep each batch's λ statistics (:attr:`last_statistics`, the
+        temperature: τ, keyword-only: another spelling of ``1 / scale`` (give one or the other).
+        weince: :class:`~simcse_weince.WeinceConfig`, keyword-only (mixing-weight hyper-parameters; default: the
+            paper's; ``config=`` is its old, deprecated name).
+        track_statistics: keyword-only: keep each batch's λ statistics (:attr:`last_statistics`, the
             :class:`~simcse_weince.WeinceStatisticsCallback`; default True); off, the loss skips summarising them.
 
-    The options after ``temperature`` are keyword-only: the losses of this package take different options, and
-    a positional call could bind a value to another loss's option (MNRL's second positional is ``scale``).
+    The positional arguments are MNRL's, in MNRL's order (``WeinceLoss(model, 20.0)`` is ``scale=20``); the
+    options only this package has are keyword-only. Every option is also an attribute that can be assigned after
+    construction (``loss.directions = (...)``): it is checked as at construction and used from the next call on.
+
+    A batch of one anchor (the last, incomplete batch of an epoch with ``dataloader_drop_last=False``) holds too
+    few negatives for the tail statistics (none for a pair): it trains at λ = 0, MNRL's loss (0 for a pair), and
+    reports no statistics.
 
     Each anchor row the loss builds (one per anchor in ``joint``, one per anchor and direction in
     ``per_direction``) has its own λ and β: its positives are the anchor's pair (the ``query_to_doc`` entry
@@ -82,7 +85,7 @@ class WeinceLoss(ColumnsLoss):
         - Gao et al., *SimCSE: Simple Contrastive Learning of Sentence Embeddings*, EMNLP 2021.
 
     Requirements:
-        Batches of at least 2 examples; duplicate-free batches are not required (exact duplicates are safe).
+        Duplicate-free batches are not required (exact duplicates are safe).
 
     {inputs}
 
@@ -118,8 +121,10 @@ class WeinceLoss(ColumnsLoss):
     loss_name = "weince"
 
     def get_config_dict(self) -> dict[str, Any]:
+        """MNRL's keys and values, then WEINCE's settings."""
         return {**self.contrastive_options(), **self.weince.to_dict()}
 
     @property
     def citation(self) -> str:
-        return WEINCE_CITATION
+        """The paper of the MNRL recipe these options are (as MNRL cites it), then WEINCE's."""
+        return self.recipe_citation + WEINCE_CITATION

@@ -25,9 +25,9 @@ TEXT_VARIANTS: dict[str, dict] = {
     "infonce": {"loss": "infonce"},
     "weince": {"loss": "weince"},
     "weince-reference": {"loss": "weince", "weince.beta": 1.0},
-    "infonce-hardness": {"loss": "infonce", "hardness_strength": 9.0},
+    "infonce-hardness": {"loss": "infonce", "hardness_mode": "in_batch_negatives", "hardness_strength": 9.0},
     # ours, not the paper's (Studies 2 and 3): WEINCE with the same per-negative hardness term
-    "weince-hardness": {"loss": "weince", "hardness_strength": 9.0},
+    "weince-hardness": {"loss": "weince", "hardness_mode": "in_batch_negatives", "hardness_strength": 9.0},
 }
 
 

@@ -27,9 +27,8 @@ FIELD_CHOICES = {"loss": LOSSES, "pooler": TRAINING_POOLERS, "mixed_precision": 
                  "lr_scheduler": LR_SCHEDULERS, "final_tasks": STS_TASKS, "report_to": REPORT_TO,
                  "directions": DIRECTIONS, "partition_mode": PARTITION_MODES,
                  "hardness_mode": ("none", *HARDNESS_MODES)}  # fmt: skip
-#: sentence-transformers' MultipleNegativesRankingLoss options, at the values that leave the loss as it was
-CONTRASTIVE_DEFAULTS = {"directions": ("query_to_doc",), "partition_mode": "joint",
-                        "hardness_mode": "in_batch_negatives"}  # fmt: skip
+#: sentence-transformers' MultipleNegativesRankingLoss options at its defaults (the losses' defaults too)
+CONTRASTIVE_DEFAULTS = {"directions": ("query_to_doc",), "partition_mode": "joint", "hardness_mode": None}
 
 
 @dataclass
@@ -95,10 +94,10 @@ class TrainConfig:
     # views are query and doc). directions: query_to_doc plus any of doc_to_query, query_to_query, doc_to_doc
     directions: tuple[str, ...] = ("query_to_doc",)
     partition_mode: str = "joint"  # joint: one softmax over every direction's candidates; per_direction: one each
-    # which negatives hardness_strength weighs: in_batch_negatives, hard_negatives (the explicit negative columns),
-    # all_negatives; None ("none"): no weighting, as MultipleNegativesRankingLoss's None. The default applies
-    # hardness_strength to the in-batch negatives, as this package always has (and the losses' default does)
-    hardness_mode: str | None = "in_batch_negatives"
+    # which negatives hardness_strength weighs: in_batch_negatives (LLaVE's), hard_negatives (the explicit negative
+    # columns), all_negatives; None ("none", the default, as MultipleNegativesRankingLoss's and the losses'): no
+    # weighting, whatever hardness_strength says. Recorded runs without this key: read_recorded
+    hardness_mode: str | None = None
     # optimisation
     batch_size: int = 64
     mini_batch_size: int | None = None  # GradCache: encode the batch this many sentences at a time (None: at once)
@@ -212,6 +211,14 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown report_to {unknown}; supported: csv, tensorboard")
         self.check_contrastive_options()
+
+    @staticmethod
+    def read_recorded(values: dict) -> dict:
+        """Settings a run recorded (its training_config.yaml, a comparison cell's results.json), read as they meant
+        when recorded: before ``hardness_mode`` existed, a ``hardness_strength`` weighed the in-batch negatives."""
+        if "hardness_mode" not in values and values.get("hardness_strength"):
+            return {**values, "hardness_mode": "in_batch_negatives"}
+        return values
 
     def contrastive_options(self) -> dict:
         """``directions``, ``partition_mode`` and ``hardness_mode``, as the losses take them."""
