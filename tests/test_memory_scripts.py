@@ -75,3 +75,23 @@ def test_device_check_refuses_to_run_without_a_gpu_unless_dry(tmp_path):
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--cpu-dry-run" in result.stderr
     assert not (tmp_path / "device_check.json").exists()
+
+
+def test_bench_st_trainer_prints_weince_over_mnrl_in_the_trainer_and_alone(tiny_model, tmp_path, data_dir):
+    output = tmp_path / "bench.json"
+    command = [
+        sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_st_trainer.py"), "--model", str(tiny_model),
+        "--batch-size", "8", "--steps", "2", "--rounds", "2", "--loss-repeats", "3", "--threads", "1",
+        "--data", str(data_dir / "wiki1m_head.txt"), "--output-dir", str(tmp_path / "runs"), "--output", str(output),
+    ]  # fmt: skip
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    numbers = json.loads(output.read_text())
+    # two rounds of two timed steps per loss (each round's first step is a warm-up), three loss-alone pairs
+    assert numbers["trainer_step"]["samples"] == {"mnrl": 4, "weince": 4}
+    assert numbers["loss_alone"]["samples"] == {"mnrl": 3, "weince": 3}
+    for row in (numbers["trainer_step"], numbers["loss_alone"]):
+        assert (
+            row["weince_over_mnrl"] == pytest.approx(row["ms"]["weince"] / row["ms"]["mnrl"]) and row["ms"]["mnrl"] > 0
+        )
+    assert "trainer step" in result.stdout and "loss alone" in result.stdout and "x" in result.stdout

@@ -139,3 +139,88 @@ def test_losses_are_found_in_wrappers_and_dicts(tiny_sentence_transformer):
     assert callback._key("nli", "lambda_mean") == "nli_weince_lambda_mean"
     with pytest.raises(TypeError, match="expected a loss module"):
         find_columns_losses({"nli": "WeinceLoss"})
+
+
+def _pairs(sentences):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"anchor": sentences[: len(sentences) // 2], "positive": sentences[len(sentences) // 2 :]})
+
+
+def test_two_datasets_evaluated_every_step_log_training_and_evaluation_apart(
+    tiny_sentence_transformer, wiki_sentences, tmp_path
+):
+    """Round robin over a WEINCE dataset and an MNRL one, evaluation every step: a training log holds the WEINCE
+    dataset's keys only at the steps it trained, with the mean of those training batches alone; each evaluation's
+    log holds that evaluation's mean under sentence-transformers' evaluation names (``eval_{dataset}_...``), and
+    only for the dataset whose loss is ours."""
+    from datasets import DatasetDict
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from transformers import TrainerCallback
+
+    model = copy.deepcopy(tiny_sentence_transformer)
+    weince = WeinceLoss(model, weince=CONFIG)
+    calls = []  # every call of the WEINCE loss: (training?, statistics), as the loss reports them
+    weince.register_forward_hook(lambda module, args, output: calls.append((model.training, module.last_statistics)))
+    train = DatasetDict({"wiki": _pairs(wiki_sentences[:32]), "other": _pairs(wiki_sentences[32:64])})
+    evaluation = DatasetDict({"wiki": _pairs(wiki_sentences[64:96]), "other": _pairs(wiki_sentences[96:128])})
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
+        num_train_epochs=1, learning_rate=1e-3, logging_steps=1, eval_strategy="steps", eval_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
+        multi_dataset_batch_sampler="round_robin",
+    )  # fmt: skip
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=train, eval_dataset=evaluation,
+        loss={"wiki": weince, "other": MultipleNegativesRankingLoss(model)},
+    )  # fmt: skip
+
+    pending = []  # per log of the trainer: how many WEINCE calls came before it
+
+    class Group(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            pending.append(len(calls))
+
+    trainer.add_callback(Group())
+    WeinceStatisticsCallback.attach(trainer)
+    trainer.train()
+    bounds = [0, *pending]
+    entries = trainer.state.log_history[: len(pending)]
+    trained_wiki = 0
+    for entry, start, end in zip(entries, bounds, bounds[1:]):
+        batches = [statistics for training, statistics in calls[start:end] if training == ("loss" in entry)]
+        assert all(training == ("loss" in entry) for training, _ in calls[start:end]), "a log mixes both modes"
+        key_prefix = "wiki_weince_" if "loss" in entry else "eval_wiki_weince_"
+        ours = {key.removeprefix(key_prefix): value for key, value in entry.items() if key.startswith(key_prefix)}
+        assert not [key for key in entry if "weince_" in key and not key.startswith(key_prefix)], entry
+        if not batches:  # the other dataset trained, or evaluated: no WEINCE keys
+            assert ours == {}, entry
+            continue
+        trained_wiki += "loss" in entry
+        for key in STATISTIC_KEYS:
+            assert ours[key] == pytest.approx(sum(batch[key] for batch in batches) / len(batches), rel=1e-6), key
+    assert trained_wiki == 2  # 16 pairs at batch 8, round robin with the other dataset: steps 1 and 3
+    assert sum("eval_wiki_weince_lambda_mean" in entry for entry in entries) == 4  # evaluated at every step
+    assert not any(key.startswith("eval_other_weince") for entry in entries for key in entry)
+
+
+def test_a_loss_shared_by_two_datasets_is_logged_under_each(tiny_sentence_transformer, wiki_sentences, tmp_path):
+    from datasets import DatasetDict
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    from simcse_weince.losses.weince_statistics_callback import find_columns_losses
+
+    model = copy.deepcopy(tiny_sentence_transformer)
+    shared = WeinceLoss(model, weince=CONFIG)
+    assert find_columns_losses({"a": shared, "b": shared}) == {"a": shared, "b": shared}
+    train = DatasetDict({"a": _pairs(wiki_sentences[:16]), "b": _pairs(wiki_sentences[16:32])})
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=BATCH, num_train_epochs=1, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, seed=0, disable_tqdm=True,
+    )  # fmt: skip
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss={"a": shared, "b": shared})
+    WeinceStatisticsCallback.attach(trainer)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logged and all(entry["a_weince_lambda_mean"] == entry["b_weince_lambda_mean"] for entry in logged)

@@ -57,6 +57,7 @@ STATISTICS_CALLBACK = "simcse_weince/losses/weince_statistics_callback.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
 DIRECTIONS, MNRL_TESTS = "simcse_weince/weince/directions.py", "tests/test_mnrl_equivalence.py"
 BRUTE = ("tests/test_weince_bruteforce.py",)
+API_TESTS, CACHED_BASE = "tests/test_mnrl_api.py", "simcse_weince/losses/_cached.py"
 
 MUTATIONS = (
     # ---- the functional core
@@ -125,8 +126,9 @@ MUTATIONS = (
     ),
     Mutation(
         "losses: InfoNCELoss ignores its temperature", COLUMNS,
-        (("loss=self.loss_name, temperature=temperature, weince=weince,",
-          "loss=self.loss_name, temperature=1.0 if self.loss_name == 'infonce' else temperature, weince=weince,"),),
+        (("loss=self.loss_name, temperature=resolve_temperature(temperature, scale),",
+          "loss=self.loss_name, temperature=1.0 if self.loss_name == 'infonce' else "
+          "resolve_temperature(temperature, scale),"),),
         ("tests/test_losses.py", "-k", "mnrl"), "InfoNCELoss = MNRL(scale = 1 / temperature)",
     ),
     # ---- the text trainer
@@ -175,6 +177,66 @@ MUTATIONS = (
         "options: scale read as a temperature", COLUMNS,
         (("return 1.0 / float(scale)", "return float(scale)"),),
         (MNRL_TESTS, "-k", "plain_losses and pairs"), "scale = 1 / temperature, MNRL's spelling",
+    ),
+    # ---- MNRL at the API's edges: a batch of one, positional arguments, assignment, config keys, citations
+    Mutation(
+        "losses: a batch of one anchor refused", FROM_EMBEDDINGS,
+        (('if anchors.shape[0] < 2 and settings.geometry == "simcse":', "if False:"),),
+        (API_TESTS, "-k", "batch_of_one"), "the last batch of an epoch without drop_last stopped the run",
+    ),
+    Mutation(
+        "losses: MNRL's second positional taken as a temperature", COLUMNS,
+        (("temperature=resolve_temperature(temperature, scale),",
+          "temperature=resolve_temperature(scale, temperature),"),),
+        (API_TESTS, "-k", "positional"), "WeinceLoss(model, 20.0) trained at τ = 20, silently",
+    ),
+    Mutation(
+        "losses: an assigned option not validated", COLUMNS,
+        (("        self.settings = dataclasses.replace(self.settings, **changes)",
+          "        [object.__setattr__(self.settings, key, value) for key, value in changes.items()]"),),
+        (API_TESTS, "-k", "random_sequence"), "a bad value would fail at the next step, or not at all",
+    ),
+    Mutation(
+        "losses: an assigned option not effective", COLUMNS,
+        (("        self._replace_settings(**{field: value})", "        self.__dict__[field] = value"),),
+        (API_TESTS, "-k", "random_sequence"), "loss.directions = ... would train with the old directions",
+    ),
+    Mutation(
+        "cached losses: an nn.Module similarity filed under the wrapper's _modules", CACHED_BASE,
+        (("        if isinstance(getattr(type(self), name, None), property):", "        if False:"),),
+        (API_TESTS, "-k", "forward_every_assignment"), "the module would shadow the option, never reaching the loss",
+    ),
+    Mutation(
+        "options: hardness_strength alone applies in-batch weighting", FROM_EMBEDDINGS,
+        (("DEFAULT_HARDNESS_MODE = None", 'DEFAULT_HARDNESS_MODE = "in_batch_negatives"'),),
+        (MNRL_TESTS, "-k", "hardness_strength_alone"), "MNRL ignores a strength without a mode (2.760 vs 7.410)",
+    ),
+    Mutation(
+        "archived runs: a recorded strength without a mode read as no weighting", "simcse_weince/text/config.py",
+        (('if "hardness_mode" not in values and values.get("hardness_strength"):', "if False:"),),
+        ("tests/test_train_mnrl_options.py", "-k", "archived"), "the study's hardness cells would read as untrained",
+    ),
+    Mutation(
+        "config dict: temperature reported instead of MNRL's scale", COLUMNS,
+        (('            "scale": self.scale,', '            "temperature": self.temperature,'),),
+        (API_TESTS, "-k", "config_dict"), "code reading config['scale'] got a KeyError",
+    ),
+    Mutation(
+        "model card: CachedWeinceLoss cites WEINCE twice", "simcse_weince/losses/cached_weince_loss.py",
+        (("        return GRADCACHE_CITATION", "        return self.loss.citation + GRADCACHE_CITATION"),),
+        (API_TESTS, "-k", "citations"), "the card gathers the wrapper's and the wrapped loss's citations",
+    ),
+    Mutation(
+        "statistics callback: evaluation batches counted as training", STATISTICS_CALLBACK,
+        (('slot = (id(loss), "train" if loss.last_batch_training else "eval")', 'slot = (id(loss), "train")'),),
+        ("tests/test_statistics_callback.py", "-k", "two_datasets"), "eval λ logged as training λ (0.2071 vs 0.2082)",
+    ),
+    Mutation(
+        "statistics callback: a loss shared by two datasets logged under one", STATISTICS_CALLBACK,
+        (("members = [module for module in entry.modules() if isinstance(module, ColumnsLoss)]",
+          "members = [module for module in entry.modules() if isinstance(module, ColumnsLoss) "
+          "and module not in found.values()]"),),
+        ("tests/test_statistics_callback.py", "-k", "shared"), "the second dataset's logs lacked its keys",
     ),
     # ---- the vision trainer and adapter
     Mutation(
@@ -631,8 +693,8 @@ MUTATIONS = (
     ),
     Mutation(
         "WeinceLoss drops its hardness_strength before the core", COLUMNS,
-        (("            hardness_strength=hardness_strength, directions=directions,",
-          "            hardness_strength=0.0, directions=directions,"),),
+        (("gather=gather_across_devices, hardness_strength=hardness_strength, directions=directions,",
+          "gather=gather_across_devices, hardness_strength=0.0, directions=directions,"),),
         ("tests/test_cached_losses.py", "-k", "hardness"), "Study 2's best variant, as a sentence-transformers loss",
     ),
     # ---- FLOP utilisation and the evaluation's precision (issue 40)

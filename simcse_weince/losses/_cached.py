@@ -118,6 +118,7 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
     track_statistics = forwarded("track_statistics", settable=True)
     recipe_citation = forwarded("recipe_citation")
     last_batch = forwarded("last_batch")
+    last_batch_training = forwarded("last_batch_training")
     last_statistics = forwarded("last_statistics")
     last_diagnostics = renamed_attribute("last_diagnostics", "last_statistics")
 

@@ -183,6 +183,7 @@ class ColumnsLoss(nn.Module):
         # the last batch's loss, columns and statistics, for a lazy finiteness check when the statistics are read
         # (no per-step device synchronisation)
         self._last: EmbeddingsLoss | None = None
+        self._last_training = True
 
     def __setattr__(self, name: str, value: Any) -> None:
         # nn.Module.__setattr__ would file an nn.Module value (a similarity_fct such as nn.CosineSimilarity) under
@@ -293,6 +294,8 @@ class ColumnsLoss(nn.Module):
         result = contrastive_loss(embeddings, self.settings, statistics=self.track_statistics)
         self._last = EmbeddingsLoss(result.loss.detach(), result.statistics, result.anchors.detach(),
                                     result.candidates.detach())  # fmt: skip
+        # the model's mode tells a training batch from an evaluation one (the trainer's eval loop sets eval mode)
+        self._last_training = bool(self.model.training)
         return result.loss
 
     @property
@@ -300,6 +303,11 @@ class ColumnsLoss(nn.Module):
         """The last batch's detached loss, λ statistics (0-d tensors, on the device), anchors and candidates; None
         before the first step. Reading it does not synchronise the device (:attr:`last_statistics` does)."""
         return self._last
+
+    @property
+    def last_batch_training(self) -> bool:
+        """Whether the last batch was a training one (the model in training mode), not an evaluation one."""
+        return self._last_training
 
     @property
     def last_statistics(self) -> dict[str, float]:
