@@ -80,7 +80,7 @@ def test_cached_infonce_equals_sentence_transformers_cached_mnrl(model, wiki_sen
     features = _columns(model, wiki_sentences, 3)
     mnrl = CachedMultipleNegativesRankingLoss(model, scale=20.0, mini_batch_size=4)
     expected_loss, expected_grads = _loss_and_grads(model, lambda f: mnrl(f, None), features)
-    loss, grads = _loss_and_grads(model, CachedInfoNCELoss(model, 0.05, mini_batch_size=4), features)
+    loss, grads = _loss_and_grads(model, CachedInfoNCELoss(model, 20.0, mini_batch_size=4), features)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5, abs=1e-6)
     assert_grads_close(grads, expected_grads)
 

@@ -169,8 +169,9 @@ def test_bad_arguments(fresh_minilm):
     with pytest.raises(TypeError, match="WeinceConfig"):
         WeinceLoss(fresh_minilm, weince={"gate": "both"})
     loss = WeinceLoss(fresh_minilm)
-    with pytest.raises(ValueError, match="at least 2 anchors"):
-        loss([_features(fresh_minilm, ["only one sentence"])], None)
+    # one sentence (unsupervised SimCSE): a batch of one, its two views a pair: MNRL's 0, λ = 0, no statistics
+    assert loss([_features(fresh_minilm, ["only one sentence"])], None).item() == 0.0
+    assert loss.last_statistics == {}
     with pytest.raises(ValueError, match="at least one text column"):
         loss([], None)
 

@@ -129,7 +129,7 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
 
     @mini_batch_size.setter
     def mini_batch_size(self, value: int) -> None:
-        self.__dict__["_mini_batch_size"] = _check_mini_batch_size(value)
+        self._mini_batch_size = _check_mini_batch_size(value)
 
     @property
     def mini_batch_num_tokens(self) -> int | None:
@@ -138,7 +138,7 @@ class CachedColumnsLoss(CachedLossMixin, nn.Module):
 
     @mini_batch_num_tokens.setter
     def mini_batch_num_tokens(self, value: int | None) -> None:
-        self.__dict__["_mini_batch_num_tokens"] = _check_mini_batch_num_tokens(value)
+        self._mini_batch_num_tokens = _check_mini_batch_num_tokens(value)
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         sentence_features = list(sentence_features)

@@ -245,10 +245,12 @@ class ColumnsLoss(nn.Module):
 
     def _store_similarity_fct(self, value) -> None:
         # an nn.Module similarity is a submodule (moved with .to(), as MNRL's attribute of that name), kept under
-        # the private name the property reads
-        self._modules.pop("_similarity_fct", None)
-        self.__dict__.pop("_similarity_fct", None)
-        nn.Module.__setattr__(self, "_similarity_fct", value)
+        # the private name the property reads; nn.Module refuses a function where a module was, so it goes first
+        try:
+            del self._similarity_fct
+        except AttributeError:
+            pass
+        self._similarity_fct = value
 
     @property
     def track_statistics(self) -> bool:
@@ -262,7 +264,7 @@ class ColumnsLoss(nn.Module):
                 "track_statistics computes WEINCE's tail statistics, which need cosine similarity; leave "
                 "similarity_fct unset or track_statistics off"
             )
-        self.__dict__["_track_statistics"] = bool(value)
+        self._track_statistics = bool(value)
 
     def contrastive_options(self) -> dict[str, Any]:
         """MNRL's options of this loss under MNRL's keys, with MNRL's values (what :meth:`get_config_dict`

@@ -16,6 +16,7 @@ from simcse_weince.weince.loss import STATISTIC_KEYS
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "weince_"
+LOSS_KEY_SUFFIX = "_loss"  # the trainer's loss key of a log: loss, eval_loss, eval_{dataset}_loss
 
 
 def find_columns_losses(loss: nn.Module | Mapping[str, nn.Module]) -> dict[str, ColumnsLoss]:
@@ -189,5 +190,7 @@ class WeinceStatisticsCallback(TrainerCallback):
 def evaluation_prefix(logs: Mapping[str, Any]) -> str | None:
     """The prefix of an evaluation's log (``eval``, or ``eval_{dataset}`` for one of several evaluation datasets),
     read from its loss key as the trainer names it; None for a log without an evaluation loss."""
-    prefixes = [key.removesuffix("_loss") for key in logs if key.startswith("eval") and key.endswith("_loss")]
+    prefixes = [
+        key.removesuffix(LOSS_KEY_SUFFIX) for key in logs if key.startswith("eval") and key.endswith(LOSS_KEY_SUFFIX)
+    ]
     return min(prefixes, key=len) if prefixes else None
