@@ -80,7 +80,7 @@ def test_bad_options_get_one_clear_line():
     model = NO_ENCODER
     cases = [
         ({"temperature": 0.05, "scale": 20.0}, "give temperature or scale"),
-        ({"scale": 0.0}, "scale must be a finite positive number"),
+        ({"scale": 0.0}, "Scale must be a positive value"),
         ({"hardness_mode": "hardest"}, "hardness_mode must be None or one of"),
         ({"hardness_strength": -1.0}, "hardness_strength must be a finite number >= 0"),
         ({"directions": ("query_to_doc", "query_to_query"), "partition_mode": "per_direction"}, "use partition_mode"),

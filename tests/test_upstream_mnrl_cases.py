@@ -282,7 +282,7 @@ def test_c_attributes_and_config(model, kind):
     config = loss.get_config_dict()
     assert {key: config[key] for key in expected} == expected
     assert config["scale"] == pytest.approx(42.0)
-    with pytest.raises(ValueError, match="scale must be a finite positive number"):
+    with pytest.raises(ValueError, match="Scale must be a positive value"):
         _ours(kind, True, model, scale=-1.0)
     assert "cos_sim" in _ours(kind, True, model, similarity_fct=partial(cos_sim)).get_config_dict()["similarity_fct"]
 

@@ -47,7 +47,7 @@ def resolve_temperature(temperature, scale) -> float:
     if scale is None:
         return check_temperature(DEFAULT_TEMPERATURE if temperature is None else temperature)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or scale == float("inf"):
-        raise ValueError(f"scale must be a finite positive number, got {scale!r}")
+        raise ValueError(f"Scale must be a positive value (finite: scale = 1 / temperature), got {scale!r}")
     return 1.0 / float(scale)
 
 
