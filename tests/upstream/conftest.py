@@ -34,10 +34,20 @@ EXPECTED = {
         "skip",
         "sentence-transformers' _create_minibatch of another release",
     ),
+    "test_model_dimension_none_no_validation": (
+        "skip",
+        "a mock model without the methods the installed MatryoshkaLoss calls (another release); no loss of "
+        "this package takes part",
+    ),
     "test_cmnrl_gather_across_devices_offset": (
         "xfail",
         "gather_across_devices: every process computes the global batch's loss through this package's "
         "gather (the test patches CMNRL's module-level all_gather); the DDP-averaged gradients are MNRL's",
+    ),
+    "test_adaptive_layer_warns_for_gradient_cached_losses": (
+        "xfail",
+        "the warning names the loss by its class, CachedInfoNCELoss / CachedWeinceLoss; the test matches "
+        "CMNRL's name (the warning itself is given)",
     ),
     "test_gradcache_under_autocast": (
         "xfail",

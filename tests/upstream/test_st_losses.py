@@ -40,3 +40,5 @@ for stem in FILES:
             globals()[f"test_{stem.removeprefix('test_')}__{attribute}"] = value
         elif attribute.startswith("Test") and isinstance(value, type):
             globals()[f"Test_{stem.removeprefix('test_')}__{attribute}"] = value
+        elif type(value).__name__ == "FixtureFunctionDefinition":  # the file's own fixtures, under their names
+            globals()[attribute] = value
