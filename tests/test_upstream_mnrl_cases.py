@@ -15,8 +15,8 @@ Not run, because they test sentence-transformers' internals rather than the loss
 ``_create_minibatch``, mixed-modality mini-batches, its module's imports), or a design that differs on purpose:
 C ``test_cmnrl_gather_across_devices_offset`` (MNRL computes its local anchors' share of a gathered loss, ours the
 global batch's on every process; the two-process test in ``test_mnrl_equivalence.py`` checks that the averages
-agree), and the ``nn.Module`` similarity part of C ``test_cmnrl_hyperparameters_stay_assignable`` (WEINCE takes
-cosine only).
+agree). C ``test_cmnrl_hyperparameters_stay_assignable`` runs whole: InfoNCE takes the ``nn.Module`` similarity,
+WEINCE refuses it at assignment (cosine only). The upstream files themselves run from a checkout: ``tests/upstream/``.
 """
 
 from __future__ import annotations
