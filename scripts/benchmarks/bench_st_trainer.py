@@ -81,7 +81,7 @@ def loss_alone_times(args, model) -> dict[str, list[float]]:
     import torch
 
     generator = torch.Generator().manual_seed(0)
-    dim = model.get_sentence_embedding_dimension()
+    dim = model.get_embedding_dimension()
     anchors = torch.randn(args.batch_size, dim, generator=generator, device=args.device)
     positives = (anchors + 0.5 * torch.randn(args.batch_size, dim, generator=generator, device=args.device)).detach()
     losses = {name: build_loss(name, model) for name in LOSSES}

@@ -55,11 +55,27 @@ EXPECTED = {
     ),
 }
 
+#: and with the WEINCE classes bound (SIMCSE_WEINCE_UPSTREAM_LOSS=weince)
+EXPECTED_WITH_WEINCE = {
+    "test_cmnrl_attributes_and_config_back_compat": (
+        "xfail",
+        "WeinceLoss's config holds MNRL's keys and values plus WEINCE's settings; the test asserts equality",
+    ),
+    "test_cmnrl_hyperparameters_stay_assignable": (
+        "xfail",
+        "WEINCE takes cosine similarity only: an nn.CosineSimilarity is refused at assignment, with the reason",
+    ),
+}
+
 
 def pytest_collection_modifyitems(config, items):
+    expected = {
+        **EXPECTED,
+        **(EXPECTED_WITH_WEINCE if os.environ.get("SIMCSE_WEINCE_UPSTREAM_LOSS") == "weince" else {}),
+    }
     for item in items:
         name = getattr(item, "originalname", item.name).split("__", 1)[-1]
-        kind, reason = EXPECTED.get(name, (None, None))
+        kind, reason = expected.get(name, (None, None))
         if kind == "skip":
             item.add_marker(pytest.mark.skip(reason=reason))
         elif kind == "xfail":
