@@ -227,6 +227,90 @@ def study3_dev_table() -> str:
     return "\n".join(lines)
 
 
+def study1_pairs() -> str:
+    """Study 1's paired STS-B test differences on ``cpu-cls``, against `infonce` and against the peer."""
+    lines = ["| variant | vs `infonce` | decision | vs `infonce-hardness` | decision |", "|---|---|---|---|---|"]
+    for variant in ("weince", "weince-reference", "infonce-hardness"):
+        cells = []
+        for baseline in ("infonce", "infonce-hardness"):
+            if variant == baseline:
+                cells += ["—", ""]
+                continue
+            result = folder_contrast("cpu-cls", variant, baseline)
+            cells += [interval_text(result), emphasised(result, decision(result))]
+        lines.append(f"| `{variant}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def digits_pairs() -> str:
+    """Study 1's paired differences on digits, kNN@20 and the linear probe (the decision: either above 0)."""
+    lines = ["| pair | kNN@20 | decision | linear probe | decision |", "|---|---|---|---|---|"]
+    for variant, baseline in (("weince", "infonce"), ("infonce", "untrained"), ("weince", "untrained")):
+        cells = []
+        for metric in ("knn@20", "linear_probe"):
+            result = folder_contrast("digits", variant, baseline, metric)
+            cells += [interval_text(result), emphasised(result, decision(result))]
+        lines.append(f"| `{variant}` {MINUS} `{baseline}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def study2_scores() -> str:
+    """Study 2's scores per variant and batch size: mean ± sd over its seeds, best STS-B dev and STS-B test."""
+    header = " | ".join(f"batch {batch:,}: dev | test" for batch in STUDY2_BATCHES)
+    lines = [f"| variant | {header} |", "|---|" + "---:|" * (2 * len(STUDY2_BATCHES))]
+    for variant in ("infonce", "weince", "infonce-hardness", "weince-hardness"):
+        cells = []
+        for batch in STUDY2_BATCHES:
+            for metric in ("stsb_dev", "stsb_test"):
+                folder = f"negatives/batch-{batch}"
+                stat = mean_sd([run[metric] for run in runs(folder) if run["variant"] == variant])
+                cells.append(f"{stat['mean']:.2f} ± {stat['sd']:.2f}")
+        label = f"`{variant}`" + (" (ours)" if variant == "weince-hardness" else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def published_and_ours() -> str:
+    """The paper's headline, SimCSE's published number for the same setting, and ours, each with its scope."""
+    published = json.loads((REPO_ROOT / PUBLISHED).read_text(encoding="utf-8"))
+    paper, simcse = published["weince_paper"], published["simcse_paper"]
+    lines = ["| source | encoder, data, hardware | InfoNCE | WEINCE | WEINCE − InfoNCE |", "|---|---|--:|--:|---|"]
+    lines.append(
+        f"| {paper['citation']} | {paper['setting']} | {paper['infonce']:.2f} | {paper['weince']:.2f} | "
+        f"{signed(paper['gain_reported'])} (as reported) |"
+    )
+    lines.append(f"| {simcse['citation']} | {simcse['setting']} | {simcse['infonce']:.2f} | — | — |")
+    for folder, seeds_label in (("cpu-cls", "Study 1"), ("negatives/batch-64", "Study 2"),
+                                ("hardness/cells/cpu-cls", "Study 3 A")):  # fmt: skip
+        scores = {variant: mean_sd([run["stsb_test"] for run in runs(folder) if run["variant"] == variant])
+                  for variant in ("infonce", "weince")}  # fmt: skip
+        result = folder_contrast(folder, "weince", "infonce")
+        seeds = result["seeds"]
+        lines.append(f"| this project, {seeds_label}, seeds {seeds[0]}–{seeds[-1]} | all-MiniLM-L6-v2 (already trained "
+                     f"for similarity), `cpu-cls`, {runs_config(folder)['num_train_sentences']:,} Wikipedia sentences, "
+                     f"CPU | {scores['infonce']['mean']:.2f} | {scores['weince']['mean']:.2f} | "
+                     f"{interval_text(result)} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+MINILM_STS = {
+    "mean pooling (SentenceTransformer)": "results/reference/minilm-sts/mean-pooling.json",
+    "raw HF model, `cls_before_pooler`": "results/reference/minilm-sts/cls-before-pooler.json",
+}
+STS_COLUMNS = {"sts12": "STS12", "sts13": "STS13", "sts14": "STS14", "sts15": "STS15", "sts16": "STS16",
+               "stsb": "STS-B", "sickr": "SICK-R", "avg": "Avg."}  # fmt: skip
+
+
+def minilm_sts() -> str:
+    """The bundled MiniLM's 7-task table, from the stored ``simcse-weince evaluate`` reports (command and commit in
+    each)."""
+    lines = ["| encoder | " + " | ".join(STS_COLUMNS.values()) + " |", "|---|" + "--:|" * len(STS_COLUMNS)]
+    for label, path in MINILM_STS.items():
+        scores = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))["results"]
+        lines.append(f"| {label} | " + " | ".join(f"{scores[key]:.2f}" for key in STS_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
 def study3_scores() -> str:
     alpha = json.loads((STUDY / "hardness" / "hardness.json").read_text(encoding="utf-8"))["alpha"]
     labels = {"infonce": "`infonce`", "weince": "`weince`",
@@ -283,6 +367,11 @@ BLOCKS = {
     "comparison/cpu-demo": lambda: comparison_table("cpu-demo"),
     "comparison/digits": lambda: comparison_table("digits"),
     "study2-contrasts": study2_table,
+    "study1-pairs": study1_pairs,
+    "digits-pairs": digits_pairs,
+    "study2-scores": study2_scores,
+    "published-and-ours": published_and_ours,
+    "minilm-sts": minilm_sts,
     "study3-scores": study3_scores,
     "study3-contrasts": study3_table,
     "study3-dev-contrasts": study3_dev_table,
@@ -316,8 +405,9 @@ def block_names(text: str) -> list[str]:
 # ---- quoted contrasts in the prose
 
 NUMBER = r"[+\-−]\d+\.\d\d"
-QUOTE = re.compile(rf"(?P<mean>{NUMBER})(?: \[(?P<low>{NUMBER}), (?P<high>{NUMBER})\])?"
-                   rf"(?:,? \(?(?P<wtl>\d+/\d+/\d+)\b)?")  # fmt: skip
+# a quote may break across lines: Markdown reads a line break inside a paragraph as a space
+QUOTE = re.compile(rf"(?P<mean>{NUMBER})(?:\s+\[(?P<low>{NUMBER}),\s+(?P<high>{NUMBER})\])?"
+                   rf"(?:,?\s+\(?(?P<wtl>\d+/\d+/\d+)\b)?")  # fmt: skip
 
 
 def _normal(number: str) -> str:
@@ -368,6 +458,271 @@ def archive_quotes() -> frozenset:
     return frozenset(keys)
 
 
+# ---- references: each quote names the contrast it quotes
+
+#: where a reference points: study / place -> the sweep folder (None: a contrast computed across folders)
+PLACES = {
+    "study1": {"cpu-cls": "cpu-cls", "cpu-demo": "cpu-demo", "digits": "digits"},
+    "study2": {"batch-64": "negatives/batch-64", "batch-256": "negatives/batch-256",
+               "batch-1024": "negatives/batch-1024", "trend": None, "pooled-64": None},
+    "study3": {"A": "hardness/cells/cpu-cls", "B": "hardness/cells/stsb-sentences", "C": "hardness/cells/sick-pairs",
+               "D": "hardness/cells/cpu-cls-tau0.1"},
+    # cpu-cls at batch 64 as all three studies ran it (seeds 1-5, 6-10, 21-25): a pooling no protocol declared
+    "pooled": {"cpu-cls-64": None},
+}  # fmt: skip
+METRIC_NAMES = {"test": "stsb_test", "dev": "stsb_dev"}
+REFERENCE = re.compile(r"<!-- (?P<kind>contrast|wtl|seeds|count|settings|value): (?P<args>[^>]*?) -->")
+CONTRAST_REF = re.compile(r"^(?P<study>\w+)/(?P<places>[\w@.,-]+)/(?P<metric>[\w@-]+) "
+                          r"(?P<terms>[\w-]+(?: [+-] [\w-]+)+)$")  # fmt: skip
+REPEATED_CPU_CLS_64 = ("cpu-cls", "negatives/batch-64", "hardness/cells/cpu-cls")
+
+
+def reference_contrasts(reference: str) -> list[dict]:
+    """The contrasts a reference names, ``study/place[,place...]/metric variant - baseline`` (``;`` between several;
+    ``a - b - c + d`` for an interaction), each as ``contrast``'s result plus its ``ref``, ``folder`` and ``study``.
+    Raises ValueError naming what is unknown."""
+    found = []
+    for part in filter(None, (piece.strip() for piece in reference.split(";"))):
+        match = CONTRAST_REF.match(part)
+        if match is None:
+            raise ValueError(f"reference {part!r}: write it as 'study3/A/test weince - infonce'")
+        study, metric = match["study"], METRIC_NAMES.get(match["metric"], match["metric"])
+        words = match["terms"].split()
+        terms = [(1, words[0])] + [(1 if sign == "+" else -1, name) for sign, name in zip(words[1::2], words[2::2])]
+        if sum(sign for sign, _ in terms) != 0:
+            raise ValueError(f"reference {part!r}: the signs must cancel (a contrast, not a score)")
+        if study not in PLACES:
+            raise ValueError(f"reference {part!r}: no study {study!r} (known: {', '.join(PLACES)})")
+        for place in match["places"].split(","):
+            if place not in PLACES[study]:
+                raise ValueError(f"reference {part!r}: {study} has no {place!r} (known: {', '.join(PLACES[study])})")
+            folder = PLACES[study][place]
+            if folder is None and metric != "stsb_test":
+                raise ValueError(f"reference {part!r}: {study}/{place} is computed on STS-B test only")
+            pooled = {"trend": (), "pooled-64": ("cpu-cls", "negatives/batch-64"), "cpu-cls-64": REPEATED_CPU_CLS_64}
+            folders = (folder,) if folder is not None else pooled[place]
+            by_seed = {}
+            if place == "trend":
+                small, large = (combined(f"negatives/batch-{b}", terms, metric) for b in (64, 1024))
+                by_seed = {seed: large[seed] - small[seed] for seed in sorted(set(small) & set(large))}
+            for each in folders:
+                by_seed.update(combined(each, terms, metric))
+            if len(by_seed) < 2:
+                raise ValueError(f"reference {part!r}: the archive has no paired {match['terms']} there")
+            found.append({**contrast(by_seed), "ref": f"{study}/{place}/{match['metric']} {match['terms']}",
+                          "folder": folder, "study": study, "place": place})  # fmt: skip
+    if not found:
+        raise ValueError("an empty reference")
+    return found
+
+
+def combined(folder: str, terms: list[tuple[int, str]], metric: str = "stsb_test") -> dict[int, float]:
+    """Per seed, the signed sum of the variants' scores (``a - b``: a paired difference; ``a - b - c + d``: an
+    interaction), over the seeds every variant has."""
+    values = {(run["variant"], run["seed"]): run.get(metric) for run in runs(folder)}
+    seeds = sorted({seed for _, seed in values})
+    return {seed: sum(sign * values[name, seed] for sign, name in terms) for seed in seeds
+            if all(values.get((name, seed)) is not None for _, name in terms)}  # fmt: skip
+
+
+def setting_key(folder: str | None) -> tuple:
+    """What makes a setting: the training configuration of the folder's cells, less what varies within a study's
+    pairing (seed, output folder, precision, the loss and its options, what is evaluated after training)."""
+    if folder is None:
+        return ("computed across folders",)
+    cell = cell_dir(STUDY / folder, runs(folder)[0]["variant"], runs(folder)[0]["seed"])
+    config = json.loads((cell / "results.json").read_text(encoding="utf-8"))["config"]
+    kept = ("model", "pooler", "train_file", "dataset", "image_size", "batch_size", "learning_rate", "temperature",
+            "num_epochs", "max_length", "mlp_only_train")  # fmt: skip
+    return tuple((key, json.dumps(config.get(key))) for key in kept)
+
+
+def _holm_entry(result: dict) -> dict | None:
+    study = {"study1": 1, "study2": 2, "study3": 3}.get(result["study"])
+    if study is None:
+        return None
+    for entry in holm_family(study):
+        if entry["result"]["seeds"] == result["seeds"] and entry["result"]["mean"] == result["mean"]:
+            return entry
+    return None
+
+
+def _decided(result: dict, what: str) -> bool:
+    if what in ("beats", "worse", "no difference"):
+        return decision(result) == what
+    if what in ("survives", "beats and survives", "worse and survives"):
+        entry = _holm_entry(result)
+        if entry is None:
+            raise ValueError(f"{result['ref']} is in no study's Holm family")
+        return entry["survives"] and (what == "survives" or decision(result) == what.split()[0])
+    raise ValueError(f"count: {what!r} is none of beats, worse, no difference, survives, beats and survives")
+
+
+def _cpu_demo_minutes() -> str:
+    minutes = [json.loads((cell_dir(STUDY / "cpu-demo", run["variant"], run["seed"]) / "results.json").read_text(
+        encoding="utf-8"))["wall_time_seconds"] / 60 for run in runs("cpu-demo")]  # fmt: skip
+    return f"{min(minutes):.1f}–{max(minutes):.1f}"
+
+
+def _report(path: str, *keys: str):
+    value = json.loads((REPO_ROOT / path).read_text(encoding="utf-8"))
+    for key in keys:
+        value = value[key]
+    return value
+
+
+PUBLISHED = "results/reference/published_sts.json"
+#: the test that runs the authors' cases (the cases are data, ../shared/data/weince_reference, not in the repository)
+REFERENCE_TEST = "tests/test_weince_reference.py"
+
+
+def _test_constant(pattern: str) -> str:
+    """What the reference test asserts (the number of cases, its tolerance): the README quotes the test itself."""
+    return re.search(pattern, (REPO_ROOT / REFERENCE_TEST).read_text(encoding="utf-8")).group(1)
+
+
+DIAGNOSE_REPORT = "docs/figures/diagnostics/report.json"
+MECHANISM = "results/study/hardness/mechanism/mechanism.json"
+#: numbers of the prose read from a stored record: name -> (the record, the text the number must be)
+VALUES = {
+    "cpu-demo-minutes": ("results/study/cpu-demo/*/seed-*/results.json", _cpu_demo_minutes),
+    "reference-cases": (REFERENCE_TEST, lambda: _test_constant(r"assert len\(CASES\) == (\d+)")),
+    "train-sentences": ("results/study/cpu-demo/*/seed-*/results.json",
+                        lambda: f"{runs_config('cpu-demo')['num_train_sentences']:,}"),
+    "pot-xi": (DIAGNOSE_REPORT, lambda: f"{_report(DIAGNOSE_REPORT, 'pot', 'xi'):+.3f} ± "
+                                        f"{_report(DIAGNOSE_REPORT, 'pot', 'xi_se'):.3f}"),
+    "link-lambda": (DIAGNOSE_REPORT, lambda: "{:.3f} [{:g}, {:.3f}]".format(
+        _report(DIAGNOSE_REPORT, "link", "mixing"), *_report(DIAGNOSE_REPORT, "link", "mixing_ci"))),
+    "paper-weince": (PUBLISHED, lambda: f"{_report(PUBLISHED, 'weince_paper', 'weince'):.2f}"),
+    "paper-infonce": (PUBLISHED, lambda: f"{_report(PUBLISHED, 'weince_paper', 'infonce'):.2f}"),
+    "paper-gain": (PUBLISHED, lambda: signed(_report(PUBLISHED, "weince_paper", "gain_reported"))),
+    "simcse-published": (PUBLISHED, lambda: f"{_report(PUBLISHED, 'simcse_paper', 'infonce'):.2f}"),
+    "paper-sentences": (PUBLISHED, lambda: f"{_report(PUBLISHED, 'weince_paper', 'train_sentences') / 1e6:g}M"),
+    "simcse-minus-paper-infonce": (PUBLISHED, lambda: "{:.2f}".format(
+        _report(PUBLISHED, "simcse_paper", "infonce") - _report(PUBLISHED, "weince_paper", "infonce"))),
+    "paper-xi": (PUBLISHED, lambda: signed(_report(PUBLISHED, "weince_paper", "pot_xi"))),
+    "family-sizes": ("results/study/*", lambda: "{}, {} and {}".format(*(len(family(study)) for study in (1, 2, 3)))),
+    "mechanism-positive-gated": (MECHANISM, lambda: "{:.2f}".format(
+        _report(MECHANISM, "trained-seed21", "weince-hardness", "gated", "positive_share"))),
+    "mechanism-positive-infonce": (MECHANISM, lambda: "{:.2f}".format(
+        _report(MECHANISM, "trained-seed21", "infonce", "gated", "positive_share"))),
+    "reference-tolerance": (REFERENCE_TEST, lambda: _test_constant(r"tol = dict\(rtol=0, atol=([\de.-]+)\)")),
+}  # fmt: skip
+
+
+def runs_config(folder: str) -> dict:
+    run = runs(folder)[0]
+    return json.loads((cell_dir(STUDY / folder, run["variant"], run["seed"]) / "results.json").read_text(
+        encoding="utf-8"))  # fmt: skip
+
+
+#: what text each kind of reference checks: it must end the text just before the comment (after emphasis and
+#: closing brackets). ``count`` and ``settings`` may have up to three words between the count and the comment.
+BEFORE = {
+    "contrast": re.compile(rf"(?:{NUMBER})(?:\s+\[(?:{NUMBER}),\s+(?:{NUMBER})\])?(?:,?\s+\(?\d+/\d+/\d+)?$"),
+    "wtl": re.compile(r"\d+/\d+/\d+$"),
+    "seeds": re.compile(r"(?:\d+\s+(?:[a-z]+\s+)?seeds|seeds\s+\d+[–-]\d+)$"),
+    "count": re.compile(r"\d+\s+of\s+(?:the\s+|its\s+)?\d+(?:\s+[\w`-]+){0,3}$"),
+    "settings": re.compile(r"\d+(?:\s+[\w`-]+){0,2}\s+settings$"),
+}
+
+
+def _checked(kind: str, args: str, text: str) -> str | None:
+    """None when ``text`` (what the reference's pattern matched) is what the reference gives; else what it gives."""
+    if kind == "value":
+        return None if text == VALUES[args][1]() else VALUES[args][1]()
+    if kind == "count":
+        what, _, refs = args.partition(":")
+        if not refs:
+            raise ValueError(f"count needs 'DECISION: references', not {args!r}")
+        results = reference_contrasts(refs)
+        expected = f"{sum(_decided(result, what.strip()) for result in results)} of {len(results)}"
+        counted = re.match(r"(\d+)\s+of\s+(?:the\s+|its\s+)?(\d+)", text)
+        return None if f"{counted[1]} of {counted[2]}" == expected else expected
+    results = reference_contrasts(args)
+    if kind == "contrast":
+        match = QUOTE.fullmatch(text)
+        interval = None if match["low"] is None else (_normal(match["low"]), _normal(match["high"]))
+        key = (_normal(match["mean"]), interval, match["wtl"])
+        if len(results) == 1 and key in _keys(results[0]) | {(f"{results[0]['mean']:+.2f}", None, None)}:
+            return None
+        return "; ".join(interval_text(result) for result in results)
+    if kind == "wtl":
+        expected = "/".join(str(sum(result[field] for result in results)) for field in ("wins", "ties", "losses"))
+        return None if text == expected else expected
+    if kind == "seeds":
+        numbers = [int(n) for n in re.findall(r"\d+", text)]
+        counts = {len(result["seeds"]) for result in results}
+        if len(numbers) == 1:
+            return None if counts == set(numbers) else f"seed counts {sorted(counts)}"
+        seeds = {tuple(result["seeds"]) for result in results}
+        if len(seeds) != 1:
+            return f"the references have different seeds: {sorted(seeds)}"
+        (seeds,) = seeds
+        consecutive = list(seeds) == list(range(seeds[0], seeds[-1] + 1))
+        return None if consecutive and numbers == [seeds[0], seeds[-1]] else f"seeds {', '.join(map(str, seeds))}"
+    if kind == "settings":
+        expected = str(len({setting_key(result["folder"]) for result in results}))
+        return None if text.split()[0] == expected else f"{expected} settings"
+    raise ValueError(f"unknown reference kind {kind!r}")
+
+
+def references(text: str) -> list[dict]:
+    """Every reference comment in ``text``'s prose with what it checks: ``{kind, args, quoted, span, problem}``;
+    ``span`` is the checked text's place in the prose, ``problem`` None when the archive gives what is written."""
+    body = prose(text)
+    found = []
+    for match in REFERENCE.finditer(body):
+        kind, args = match["kind"], match["args"].strip()
+        before = re.sub(r"[\s*_)]+$", "", body[: match.start()])
+        item = {"kind": kind, "args": args, "comment": match.group(0)}
+        if kind == "value":
+            if args not in VALUES:
+                problem = f"{match.group(0)}: no value {args!r} (known: {', '.join(VALUES)})"
+                found.append({**item, "quoted": "", "span": (match.start(), match.start()), "problem": problem})
+                continue
+            expected = VALUES[args][1]()
+            written = re.search(r"(?<![\w.,+−-])" + r"\s+".join(map(re.escape, expected.split())) + "$", before)
+            if written:
+                quoted, span, problem = written.group(0), (written.start(), written.end()), None
+            else:
+                tail = re.search(r"\S*$", before)
+                quoted, span = tail.group(0), (tail.start(), tail.end())
+                problem = f"{quoted!r} is not what {match.group(0)} gives: {expected}"
+            found.append({**item, "quoted": quoted, "span": span, "problem": problem})
+            continue
+        quoted = BEFORE[kind].search(before)
+        if quoted is None:
+            found.append({**item, "quoted": "", "span": (match.start(), match.start()),
+                          "problem": f"no {kind} right before {match.group(0)!r}"})  # fmt: skip
+            continue
+        try:
+            expected = _checked(kind, args, quoted.group(0))
+        except (ValueError, KeyError) as error:
+            expected = f"(an unreadable reference: {error})"
+        problem = None if expected is None else f"{quoted.group(0)!r} is not what {match.group(0)} gives: {expected}"
+        found.append({**item, "quoted": quoted.group(0), "span": (quoted.start(), quoted.end()), "problem": problem})
+    return found
+
+
+def unreferenced(text: str) -> list[str]:
+    """Quotes of a contrast (mean with interval or W/T/L) and bare W/T/L in the prose that no reference checks."""
+    body = prose(text)
+    covered = [ref["span"] for ref in references(text) if ref["problem"] is None or ref["quoted"]]
+    inside = lambda start, end: any(low <= start and end <= high for low, high in covered)  # noqa: E731
+    missing = [match.group(0) for match in QUOTE.finditer(body)
+               if (match["low"] or match["wtl"]) and not inside(match.start(), match.end())]  # fmt: skip
+    missing += [
+        match.group(0)
+        for match in re.finditer(r"(?<![\d/])\d+/\d+/\d+(?![\d/])", body)
+        if not inside(match.start(), match.end())
+        and not any(  # noqa: E131
+            quote.start() <= match.start() and match.end() <= quote.end() for quote in QUOTE.finditer(body)
+        )
+    ]
+    return missing
+
+
 def check(root: Path = REPO_ROOT) -> list[str]:
     """What differs from the archive: each stale generated block, and each quoted contrast the archive lacks."""
     problems = []
@@ -379,8 +734,9 @@ def check(root: Path = REPO_ROOT) -> list[str]:
             fresh = dict(zip(block_names(new), re.findall(rf"{BEGIN.pattern}(.*?){re.escape(END)}", new, re.M | re.S)))
             stale = [block for block in old if old[block] != fresh[block]]
             problems += [f"{name}: generated block {block!r} is not what the archive gives" for block in stale]
-        problems += [f"{name}: {quote!r} is no paired difference of the archive"
-                     for quote, key in quoted_contrasts(text) if key not in archive_quotes()]  # fmt: skip
+        problems += [f"{name}: {reference['problem']}" for reference in references(text) if reference["problem"]]
+        problems += [f"{name}: {quote!r} names no contrast (write <!-- contrast: study/place/metric variant - "
+                     "baseline --> right after it)" for quote in unreferenced(text)]  # fmt: skip
     return problems
 
 
