@@ -25,8 +25,9 @@ REFERENCE_KINDS = {"README.md": {"contrast", "seeds", "count", "settings", "valu
 EXPECTED_BLOCKS = {
     "README.md": {"decisions", "published-and-ours", "minilm-sts"},
     "docs/experiments.md": {"comparison/cpu-cls", "comparison/cpu-demo", "comparison/digits", "study1-pairs",
-                            "digits-pairs", "study2-scores", "study2-contrasts", "study3-scores", "study3-contrasts",
-                            "study3-dev-contrasts", "holm/study1", "holm/study2", "holm/study3"},
+                            "lambda/study1", "digits-pairs", "study2-scores", "study2-contrasts", "lambda/study2",
+                            "study3-pilot", "study3-scores", "study3-contrasts", "study3-dev-contrasts", "holm/study1",
+                            "holm/study2", "holm/study3"},
 }  # fmt: skip
 
 

@@ -311,6 +311,55 @@ def minilm_sts() -> str:
     return "\n".join(lines)
 
 
+LAMBDA_COLUMNS = (
+    ("lambda_mean", "mean λ", ".3f"),
+    ("lambda_above_half", "share λ > ½", ".3f"),
+    ("rho0", "ρ₀", ".3f"),
+    ("delta_aic_mean", "mean ΔAIC", ".1f"),
+    ("beta_hat_mean", "mean β̂", ".2f"),
+)
+
+
+def lambda_row(folder: str, variant: str) -> str:
+    """A WEINCE variant's λ statistics in one sweep: each run's mean over its steps, then the mean over seeds."""
+    stats = [json.loads((cell_dir(STUDY / folder, run["variant"], run["seed"]) / "results.json").read_text(
+        encoding="utf-8"))["lambda_stats"] for run in runs(folder) if run["variant"] == variant]  # fmt: skip
+    return " | ".join(format(mean_sd([s[key]["mean"] for s in stats])["mean"], spec) for key, _, spec in LAMBDA_COLUMNS)
+
+
+def lambda_study1() -> str:
+    lines = ["| variant | " + " | ".join(label for _, label, _ in LAMBDA_COLUMNS) + " |", "|---|" + "---:|" * 5]
+    lines += [f"| `{variant}` | {lambda_row('cpu-cls', variant)} |" for variant in ("weince", "weince-reference")]
+    return "\n".join(lines)
+
+
+def lambda_study2() -> str:
+    lines = [
+        "| batch | variant | " + " | ".join(label for _, label, _ in LAMBDA_COLUMNS) + " |",
+        "|---:|---|" + "---:|" * 5,
+    ]
+    for batch in STUDY2_BATCHES:
+        for variant in ("weince", "weince-hardness"):
+            lines.append(f"| {batch:,} | `{variant}` | {lambda_row(f'negatives/batch-{batch}', variant)} |")
+    return "\n".join(lines)
+
+
+def study3_pilot() -> str:
+    """Study 3's pilot (seed 20): each hardness variant's best STS-B dev at each α, and the α the rule chose."""
+    pilot = json.loads((STUDY / "hardness-pilot" / "pilot.json").read_text(encoding="utf-8"))
+    lines = ["| variant | " + " | ".join(f"α = {alpha:g}" for alpha in pilot["alphas"]) + " | chosen α |",
+             "|---|" + "---:|" * (len(pilot["alphas"]) + 1)]  # fmt: skip
+    labels = {"infonce-hardness": "`infonce-hardness` (the peer)", "weince-hardness": "`weince-hardness` (ours)"}
+    for variant, label in labels.items():
+        chosen = pilot["choice"][variant]
+        cells = []
+        for alpha in pilot["alphas"]:
+            score = f"{pilot['points'][variant][f'{alpha:g}']['best_stsb_dev']:.2f}"
+            cells.append(f"**{score}**" if alpha == chosen else score)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | **{chosen:g}** |")
+    return "\n".join(lines)
+
+
 def study3_scores() -> str:
     alpha = json.loads((STUDY / "hardness" / "hardness.json").read_text(encoding="utf-8"))["alpha"]
     labels = {"infonce": "`infonce`", "weince": "`weince`",
@@ -372,6 +421,9 @@ BLOCKS = {
     "study2-scores": study2_scores,
     "published-and-ours": published_and_ours,
     "minilm-sts": minilm_sts,
+    "lambda/study1": lambda_study1,
+    "lambda/study2": lambda_study2,
+    "study3-pilot": study3_pilot,
     "study3-scores": study3_scores,
     "study3-contrasts": study3_table,
     "study3-dev-contrasts": study3_dev_table,
