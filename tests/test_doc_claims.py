@@ -1,5 +1,6 @@
-"""Every result the README and docs/experiments.md state is what the archived cells give (issue 56), every relative
-link in README.md and docs/*.md resolves, and Holm's correction is Holm's."""
+"""Every result the README and docs/experiments.md state is what the archived cells give, each quote is checked as
+the contrast its sentence names, every number of the README has a stored source, every relative link in README.md and
+docs/*.md resolves, and Holm's correction is Holm's."""
 
 from __future__ import annotations
 
@@ -15,26 +16,33 @@ from simcse_weince.compare.statistics import holm, paired_t_p
 
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # doc_tables
 
+#: at least this many quoted contrasts and references in each document's prose (a broken finder would find none)
+MIN_QUOTES = {"README.md": 10, "docs/experiments.md": 40}
+#: the kinds of reference each document uses at least once
+REFERENCE_KINDS = {"README.md": {"contrast", "seeds", "count", "settings", "value"},
+                   "docs/experiments.md": {"contrast", "wtl", "seeds"}}  # fmt: skip
 #: the blocks each document must carry: a table moved back to hand-copying would escape the check
-#: at least this many quoted contrasts in each document's prose (a broken quote finder would find none)
-MIN_QUOTES = {"README.md": 3, "docs/experiments.md": 30}
 EXPECTED_BLOCKS = {
-    "README.md": {"decisions"},
-    "docs/experiments.md": {"comparison/cpu-cls", "comparison/cpu-demo", "comparison/digits", "study2-contrasts",
-                            "study3-scores", "study3-contrasts", "study3-dev-contrasts", "holm/study1", "holm/study2",
-                            "holm/study3"},
+    "README.md": {"decisions", "published-and-ours", "minilm-sts"},
+    "docs/experiments.md": {"comparison/cpu-cls", "comparison/cpu-demo", "comparison/digits", "study1-pairs",
+                            "lambda/study1", "digits-pairs", "study2-scores", "study2-contrasts", "lambda/study2",
+                            "study3-pilot", "study3-scores", "study3-contrasts", "study3-dev-contrasts", "holm/study1",
+                            "holm/study2", "holm/study3"},
 }  # fmt: skip
 
 
 def test_the_docs_results_are_what_the_archived_cells_give():
     """Each generated table equals what ``doc_tables.py`` computes from the cells' ``results.json`` now, and each
-    sentence that quotes a contrast (mean [interval], W/T/L) quotes a paired difference the archive holds."""
+    quote in the prose (a contrast, a W/T/L, a seed count, a count of decisions or settings, a stored value) is what
+    the reference beside it gives."""
     import doc_tables
 
     for name, blocks in EXPECTED_BLOCKS.items():
         text = (REPO_ROOT / name).read_text(encoding="utf-8")
         assert blocks <= set(doc_tables.block_names(text)), f"{name} lost a generated table"
         assert len(doc_tables.quoted_contrasts(text)) >= MIN_QUOTES[name], f"{name}: the quote finder finds too little"
+        kinds = {reference["kind"] for reference in doc_tables.references(text)}
+        assert REFERENCE_KINDS[name] <= kinds, f"{name}: the reference finder finds too little"
     assert doc_tables.check() == []
 
 
@@ -43,30 +51,184 @@ def _planted(tmp_path, name: str, old: str, new: str):
         (tmp_path / document).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / document, tmp_path / document)
     text = (tmp_path / name).read_text(encoding="utf-8")
-    assert text.count(old) >= 1, old
+    assert text.count(old) == 1, old
     (tmp_path / name).write_text(text.replace(old, new, 1), encoding="utf-8")
     return tmp_path
 
 
-def test_a_changed_number_is_named(tmp_path):
-    """One digit changed in a quoted sentence, or inside a generated table, is found and named."""
+#: (document, what is written, what is planted, what the check must name): each a real number put where another
+#: belongs, or a reference taken away
+PLANTED = {
+    "another real contrast swapped in for the named one (A's over InfoNCE for A's over the peer)": (
+        "README.md",
+        "A\n+0.79 [+0.64, +0.93]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "A\n+1.31 [+1.08, +1.53]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "+1.31",
+    ),
+    "B's quote replaced by C's": (
+        "README.md",
+        "B\n+0.34 [+0.17, +0.51]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "B\n−0.27 [−0.50, −0.04]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "−0.27",
+    ),
+    "a dev quote replaced by test's": (
+        "README.md",
+        "(+0.28 [+0.11, +0.45]<!-- contrast: study3/B/dev weince - infonce -->",
+        "(+0.18 [−0.06, +0.41]<!-- contrast: study3/B/dev weince - infonce -->",
+        "+0.18",
+    ),
+    "a reference pointed at another real contrast": (
+        "README.md",
+        "(+0.28 [+0.11, +0.45]<!-- contrast: study3/B/dev weince - infonce -->",
+        "(+0.28 [+0.11, +0.45]<!-- contrast: study3/B/test weince - infonce -->",
+        "+0.28",
+    ),
+    "a seed count changed": ("README.md", "bundled MiniLM, 5 seeds<!--", "bundled MiniLM, 6 seeds<!--", "6 seeds"),
+    "a range of seeds changed": ("README.md", "(seeds 1–10<!--", "(seeds 1–9<!--", "seeds 1–9"),
+    "a W/T/L in prose changed": (
+        "docs/experiments.md",
+        "(15/0/0<!-- wtl: study3/A,B,D",
+        "(14/0/1<!-- wtl: study3/A,B,D",
+        "14/0/1",
+    ),
+    "a W/T/L with its mean changed": (
+        "docs/experiments.md",
+        "(−0.27, 0/0/5<!-- contrast: study3/C/test weince-hardness - infonce-hardness -->)\n",
+        "(−0.27, 1/0/4<!-- contrast: study3/C/test weince-hardness - infonce-hardness -->)\n",
+        "1/0/4",
+    ),
+    "a count of decisions changed": (
+        "README.md",
+        "beat InfoNCE in 2 of the 10<!--",
+        "beat InfoNCE in 3 of the 10<!--",
+        "3 of the 10",
+    ),
+    "a count of settings changed": (
+        "README.md",
+        "cover 8 distinct settings<!--",
+        "cover 10 distinct settings<!--",
+        "10 distinct settings",
+    ),
+    "a published number changed": (
+        "README.md",
+        "WEINCE at 76.36<!-- value: paper-weince -->",
+        "WEINCE at 76.63<!-- value: paper-weince -->",
+        "76.63",
+    ),
+    "a quote's reference removed": (
+        "README.md",
+        "9/0/1<!-- contrast: study2/pooled-64/test weince - infonce -->",
+        "9/0/1",
+        "9/0/1",
+    ),
+    "a number inside a generated table changed": (
+        "docs/experiments.md",
+        "| 85.51 ± 0.04 |",
+        "| 85.52 ± 0.04 |",
+        "study3-scores",
+    ),
+}
+
+
+@pytest.mark.parametrize("planted", sorted(PLANTED))
+def test_a_planted_claim_is_named(tmp_path, planted):
+    """Each way a sentence can say what its contrast does not is found, and the message names what was written."""
     import doc_tables
 
-    root = _planted(
-        tmp_path, "README.md", "InfoNCE: +0.04 [−0.51, +0.59], 2/0/3", "InfoNCE: +0.05 [−0.51, +0.59], 2/0/3"
-    )
-    assert doc_tables.check(root) == ["README.md: '+0.05 [−0.51, +0.59], 2/0/3' is no paired difference of the archive"]
-    root = _planted(tmp_path, "docs/experiments.md", "| 85.51 ± 0.04 |", "| 85.52 ± 0.04 |")
-    assert doc_tables.check(root) == [
-        "docs/experiments.md: generated block 'study3-scores' is not what the archive gives"
-    ]
-    # a W/T/L of the wrong contrast next to a right mean is caught too
-    root = _planted(tmp_path, "docs/experiments.md", "−0.13 [−0.53, +0.27], 1/0/4", "−0.13 [−0.53, +0.27], 0/0/5")
-    assert len(doc_tables.check(root)) == 1
+    name, old, new, named = PLANTED[planted]
+    problems = doc_tables.check(_planted(tmp_path, name, old, new))
+    assert len(problems) == 1 and problems[0].startswith(name) and named in problems[0], problems
+
+
+def test_a_reference_that_names_nothing_is_refused():
+    """A reference to a place, study or form the archive does not have is an error that names it and the form."""
+    import doc_tables
+
+    with pytest.raises(ValueError, match="study3 has no 'E'"):
+        doc_tables.reference_contrasts("study3/E/test weince - infonce")
+    with pytest.raises(ValueError, match="write it as 'study3/A/test weince - infonce'"):
+        doc_tables.reference_contrasts("study3/A weince vs infonce")
+    with pytest.raises(ValueError, match="the signs must cancel"):
+        doc_tables.reference_contrasts("study3/A/test weince + infonce")
+    with pytest.raises(ValueError, match="no paired"):
+        doc_tables.reference_contrasts("study3/A/test weince - untrained")
+    interaction = doc_tables.reference_contrasts("study2/batch-64/test weince-hardness - weince - infonce-hardness + "
+                                                 "infonce")  # fmt: skip
+    parts = [doc_tables.folder_contrast("negatives/batch-64", v, "infonce")["mean"]
+             for v in ("weince-hardness", "weince", "infonce-hardness")]  # fmt: skip
+    assert interaction[0]["mean"] == pytest.approx(parts[0] - parts[1] - parts[2], abs=1e-12)
+
+
+# ---- every number of the README has a source
+
+#: numbers of the README that are not measurements: names, definitions, settings of the presets and protocols, and
+#: versions. Each pattern must occur in the README (a stale entry fails); every other number must carry a reference.
+NOT_MEASURED = {
+    r"Study [123]": "the studies' names",
+    r"STS12–16|STS 2012–2016|7-task|7 tasks": "the benchmark's task names",
+    r"ICML 2026, arXiv:2606\.00262": "the citation",
+    r"CC BY-NC-SA 3\.0": "a licence's name",
+    r"ResNet-18/50|CIFAR-10/100|STL-10|ImageNet-32|UTF-8": "names of models, data sets and encodings",
+    r"λ = 0": "the definition: λ = 0 is InfoNCE",
+    r"bounded by 1|get to 1|−log\(1 − s\) needs s ≤ 1": "the endpoint of cosine similarity",
+    r"95%": "the confidence level of the protocols",
+    r"above\s+0|below\s+0|excludes 0": "the decision rule's threshold",
+    r"×\s?100": "the scale of the scores",
+    r"α = (?:9|18)": "the variants' α (simcse_weince.text.TEXT_VARIANTS, results/study/hardness/hardness.json)",
+    r"batch[ -]64|64 sentences at a time": "the presets' batch size",
+    r"τ = 0\.05, length 32, batch 64, lr 3e-5": "SimCSE's recipe, the presets' settings",
+    r"batch 256, Adam 3e-4, τ 0\.5, 100 epochs": "the vision paper defaults, the vision presets' settings",
+    r"≥ 6\.2": "a dependency's version",
+    r"at least 3 wins": "the pre-registered pooled rule",
+    r"to 1e-6": "the tolerance tests/test_evaluation_minilm.py asserts",
+}
+
+
+def _readme_numbers() -> list[tuple[int, str, str]]:
+    """(position, number, context) of every number in the README's prose outside code, comments, link targets and
+    generated blocks."""
+    import doc_tables
+
+    body = doc_tables.prose((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    for pattern, flags in ((r"^```.*?^```", re.M | re.S), (r"<!--.*?-->", re.S), (r"`[^`\n]*`", 0),
+                           (r"\]\([^)\s]*\)", 0)):  # fmt: skip
+        body = re.sub(pattern, lambda match: " " * len(match.group(0)), body, flags=flags)
+    return [(match.start(), match.group(0), body[max(0, match.start() - 40) : match.end() + 20].replace("\n", " "))
+            for match in re.finditer(r"(?<![\w.])\d+(?:[.,]\d+)*(?:e-?\d+)?", body)]  # fmt: skip
+
+
+def test_every_readme_number_has_a_source():
+    """Each number of the README is inside a quote whose reference the archive or a stored record confirms (the
+    check above), or inside a name, definition or setting listed in ``NOT_MEASURED``; nothing else."""
+    import doc_tables
+
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    body = doc_tables.prose(text)
+    checked = [reference["span"] for reference in doc_tables.references(text) if reference["problem"] is None]
+    allowed = []
+    for pattern in NOT_MEASURED:
+        found = [(match.start(), match.end()) for match in re.finditer(pattern.replace(" ", r"\s+"), body)]
+        assert found, f"NOT_MEASURED lists {pattern!r}, which the README no longer has"
+        allowed += found
+    unsourced = [f"{number!r} in ...{context}..." for start, number, context in _readme_numbers()
+                 if not any(low <= start < high for low, high in checked + allowed)]  # fmt: skip
+    assert not unsourced, "README numbers with no checked source:\n" + "\n".join(unsourced)
+    assert len(_readme_numbers()) > 100  # the finder finds the README's numbers
+
+
+def test_an_unsourced_readme_number_is_found(tmp_path, monkeypatch):
+    """A timing with no stored record, added to the README, is what the number test names."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    planted = text.replace("## Train: unsupervised SimCSE", "One epoch takes about 4–8 minutes.\n\n## Train: "
+                           "unsupervised SimCSE", 1)  # fmt: skip
+    (tmp_path / "README.md").write_text(planted, encoding="utf-8")
+    monkeypatch.setitem(globals(), "REPO_ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="'4' in .*about 4–8 minutes"):
+        test_every_readme_number_has_a_source()
 
 
 def test_study3_holm_is_the_issues_reading():
-    """Holm over Study 3's 20 contrasts: A's and D's primary wins survive, B's win and C's loss do not (issue 56),
+    """Holm over Study 3's 20 contrasts: A's and D's primary wins survive, B's win and C's loss do not,
     and a t-test p < 0.05 goes with each interval that excludes 0 (the test belongs to the decision rule)."""
     import doc_tables
 

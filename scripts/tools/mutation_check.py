@@ -736,6 +736,38 @@ MUTATIONS = (
         ("tests/test_doc_claims.py", "-k", "archived_cells_give"), "issue 56: the words said more than the numbers",
     ),
     Mutation(
+        "doc claims: the references beside quotes are not checked", "scripts/study/doc_tables.py",
+        (("in references(text) if reference[\"problem\"]]", "in references(text) if False]"),),
+        ("tests/test_doc_claims.py", "-k", "planted_claim"), "a quote could name one contrast and give another",
+    ),
+    Mutation(
+        "doc claims: a quote without a reference passes", "scripts/study/doc_tables.py",
+        (("for quote in unreferenced(text)]", "for quote in unreferenced(text)[:0]]"),),
+        ("tests/test_doc_claims.py", "-k", "planted_claim"), "a quote would again be checked against nothing",
+    ),
+    Mutation(
+        "doc claims: a contrast reference accepts any quote", "scripts/study/doc_tables.py",
+        (("if len(results) == 1 and key in _keys(results[0])", "if len(results) == 1 or key in _keys(results[0])"),),
+        ("tests/test_doc_claims.py", "-k", "planted_claim"), "another real contrast could stand in for the named one",
+    ),
+    Mutation(
+        "doc claims: seed counts are not compared", "scripts/study/doc_tables.py",
+        (("return None if counts == set(numbers) else", "return None if counts or numbers else"),),
+        ("tests/test_doc_claims.py", "-k", "planted_claim"), "a changed seed count would pass",
+    ),
+    Mutation(
+        "doc claims: a bare W/T/L is not summed", "scripts/study/doc_tables.py",
+        (("        return None if text == expected else expected\n    if kind == \"seeds\":",
+          "        return None\n    if kind == \"seeds\":"),),
+        ("tests/test_doc_claims.py", "-k", "planted_claim"), "a W/T/L in prose could be any three numbers",
+    ),
+    Mutation(
+        "doc claims: README numbers outside references pass", "tests/test_doc_claims.py",
+        (("if not any(low <= start < high for low, high in checked + allowed)]",
+          "if not any(low <= start < high for low, high in checked + allowed) and False]"),),
+        ("tests/test_doc_claims.py", "-k", "unsourced"), "a timing with no stored record could come back",
+    ),
+    Mutation(
         "holm: Bonferroni (every p times the family's size)", "simcse_weince/compare/statistics.py",
         (("running = max(running, min(1.0, (count - rank) * p_values[name]))",
           "running = max(running, min(1.0, count * p_values[name]))"),),
