@@ -28,7 +28,7 @@ Usage::
 
     python scripts/benchmarks/bench_train_memory.py                              # 200 steps, fp32 and bf16
     python scripts/benchmarks/bench_train_memory.py --steps 60 --precisions bf16 --kernel-caches default
-    python scripts/benchmarks/bench_train_memory.py --quick                      # a tiny model, a few steps
+    python scripts/benchmarks/bench_train_memory.py --steps 200 --encoder-layers 1 --threads 1   # the growth, faster
 """
 
 from __future__ import annotations
