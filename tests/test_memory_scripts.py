@@ -95,3 +95,25 @@ def test_bench_st_trainer_prints_weince_over_mnrl_in_the_trainer_and_alone(tiny_
             row["weince_over_mnrl"] == pytest.approx(row["ms"]["weince"] / row["ms"]["mnrl"]) and row["ms"]["mnrl"] > 0
         )
     assert "trainer step" in result.stdout and "loss alone" in result.stdout and "x" in result.stdout
+
+
+def test_bench_train_memory_measures_both_trainers_and_where_ours_goes(tiny_model, tmp_path, data_dir):
+    output = tmp_path / "rows.json"
+    command = [
+        sys.executable, str(REPO_ROOT / "scripts" / "benchmarks" / "bench_train_memory.py"), "--model", tiny_model,
+        "--steps", "3", "--batch-size", "8", "--max-length", "16", "--precisions", "fp32", "--threads", "1",
+        "--data-dir", str(data_dir), "--output", str(output),
+    ]  # fmt: skip
+    result = subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(output.read_text())
+    assert [(row["trainer"], row["precision"]) for row in rows] == [("ours", "fp32"), ("sentence-transformers", "fp32")]
+    for row in rows:
+        assert row["steps"] == 3 and row["peak_mib"] >= row["rss_mib"]["3"] > 0
+        assert row["late_over_early"] == pytest.approx(row["peak_mib"] / row["peak_after_early_mib"], rel=2e-3)
+        assert row["late_over_early"] >= 1
+    parts = rows[0]["breakdown_mib"]
+    assert list(parts) == ["runtime", "data", "model", "optimizer state", "activations",
+                           "kernel caches and other growth"]  # fmt: skip
+    assert parts["runtime"] > 0 and parts["optimizer state"] > 0
+    assert "peak RSS ours / sentence-transformers, fp32:" in result.stdout and "where ours goes, fp32" in result.stdout

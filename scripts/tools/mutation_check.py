@@ -148,6 +148,11 @@ MUTATIONS = (
         ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
     ),
     Mutation(
+        "training loop: the shape-keyed CPU kernel caches left at torch's 1,024 entries", LOOP,
+        (("    bound_kernel_caches()  # before any kernel", "    pass  # before any kernel"),),
+        ("tests/test_kernel_caches.py",), "every new batch shape grew the process by a kernel until 2 x 1,024",
+    ),
+    Mutation(
         "text trainer: the last step exported instead of the best dev step", RESULTS,
         (("load_weights(self.model.evaluation_modules(), self.best_dir)", "pass"),),
         ("tests/test_train.py", "-k", "best_dev"), "the best-dev checkpoint is the exported one",

@@ -1,12 +1,13 @@
 """What every trainer (text and vision) shares.
 
-==========================  ==========================================================================
-``training/loop.py``        :func:`run_training`: the one training loop, driven by a recipe per trainer
-``training/runs.py``        the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
-``training/tracking.py``    metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
-``training/accelerator.py`` the Accelerator: processes, device, ``--mixed-precision auto``
-``training/flops.py``       model FLOPs of a step's real tokens and the measured matmul peak: FLOP utilisation
-==========================  ==========================================================================
+=============================  ==========================================================================
+``training/loop.py``           :func:`run_training`: the one training loop, driven by a recipe per trainer
+``training/runs.py``           the run folder: --overwrite / --resume, atomic checkpoints, one trainer state
+``training/tracking.py``       metrics.csv + TensorBoard, progress postfix, Ctrl-C, stop on a non-finite loss
+``training/accelerator.py``    the Accelerator: processes, device, ``--mixed-precision auto``
+``training/flops.py``          model FLOPs of a step's real tokens and the measured matmul peak: FLOP utilisation
+``training/kernel_caches.py``  bounds on the CPU kernel caches that grow with every new batch shape
+=============================  ==========================================================================
 
 The loss both trainers optimise sits with the other losses, on the path from embeddings to the loss:
 :class:`~simcse_weince.losses.from_embeddings.ContrastiveObjective`.

@@ -33,6 +33,7 @@ from pathlib import Path
 from simcse_weince.precision import precision_label
 from simcse_weince.training.accelerator import make_accelerator
 from simcse_weince.training.flops import PEAK_DTYPES, matmul_peak_flops
+from simcse_weince.training.kernel_caches import bound_kernel_caches
 from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
 from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
@@ -157,6 +158,7 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
 
     timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
     config.validate()
+    bound_kernel_caches()  # before any kernel is built: new batch shapes must not grow the process every step
     output_dir = Path(config.output_dir).expanduser()
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
     accelerator, mixed_precision = make_accelerator(
