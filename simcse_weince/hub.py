@@ -149,7 +149,7 @@ def export_files(directory) -> list[tuple[str, Path]]:
     taken to export the names a text run's export writes. A symbolic link in the export (the export never writes
     one) is refused: its target may lie outside the run folder.
     """
-    from simcse_weince.training.runs import read_run_manifest, run_files
+    from simcse_weince.training.run_folder import read_run_manifest, run_files
 
     folder = Path(directory)
     if read_run_manifest(folder) is None:
