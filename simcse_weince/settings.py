@@ -310,7 +310,8 @@ def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | Non
     config = apply_overrides(base, overrides, aliases)
     saved = Path(config.output_dir).expanduser() / CONFIG_FILE
     if args.resume and saved.is_file():
-        saved_config = load_config(type(base), saved, aliases)
+        # the folder the saved config was read from is the run's, however it is spelt now (".", "R/", "../R")
+        saved_config = apply_overrides(load_config(type(base), saved, aliases), {"output_dir": config.output_dir})
         config = apply_overrides(saved_config, overrides, aliases)
         check_resume_settings(config, saved_config, saved)
     return config
