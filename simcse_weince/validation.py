@@ -27,7 +27,8 @@ def describe_type(hint) -> str:
     if origin is typing.Literal:
         return " or ".join(repr(arg) for arg in args)
     if origin is tuple:
-        return f"a list of {describe_type(args[0])}"
+        plural = {int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(args[0]) or describe_type(args[0])}"
     return {
         int: "an integer",
         float: "a number",

@@ -138,9 +138,9 @@ class TrainConfig:
             self.weince = WeinceConfig(**self.weince)
         if isinstance(self.speed, dict):
             self.speed = SpeedConfig(**self.speed)
-        self.final_tasks = tuple(self.final_tasks)
-        self.report_to = tuple(self.report_to)
-        self.directions = tuple(self.directions)
+        for name in ("final_tasks", "report_to", "directions"):  # anything else: check_field_types names it
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
         self.validate()
 
     def validate(self) -> None:

@@ -75,7 +75,8 @@ class VisionTrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.weince, dict):
             self.weince = WeinceConfig(**self.weince)
-        self.report_to = tuple(self.report_to)
+        if isinstance(self.report_to, list):  # anything else but a tuple: check_field_types names it
+            self.report_to = tuple(self.report_to)
         self.validate()
 
     def validate(self) -> None:
