@@ -820,6 +820,47 @@ MUTATIONS = (
         (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
         ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
     ),
+    # ---- what the tool reads: prepared data keyed by content, strict JSON / YAML / step-log readers
+    Mutation(
+        "data: prepared lines keyed by path and mtime again (datasets' own key)", "simcse_weince/text/data.py",
+        (('split="train", cache_dir=str(cache_dir))', 'split="train")'),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "a file rewritten with its mtime kept trains on its old lines",
+    ),
+    Mutation(
+        "data: the in-process digest memo keyed without the ctime", "simcse_weince/provenance.py",
+        (("stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)", "stat.st_mtime_ns, stat.st_ino)"),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "the recorded sha256 would be the old content's",
+    ),
+    Mutation(
+        "records: a JSON key given twice last-wins", "simcse_weince/records.py",
+        (("json.loads(text, object_pairs_hook=_refusing_duplicates(source))", "json.loads(text)"),),
+        ("tests/test_records.py", "-k", "twice or trust"), "compare read the second of two scores",
+    ),
+    Mutation(
+        "records: a YAML key given twice last-wins", "simcse_weince/records.py",
+        (("                    if duplicate:\n", "                    if False:\n"),),
+        ("tests/test_records.py", "-k", "twice"), "a --config setting given twice applied its last value silently",
+    ),
+    Mutation(
+        "records: a negative count accepted", "simcse_weince/records.py",
+        (("    if value < minimum:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "count or trust"), "a results.json with total_steps -3 was reused",
+    ),
+    Mutation(
+        "records: a step logged twice kept", "simcse_weince/records.py",
+        (("            if (step, name) in seen:\n", "            if False:\n"),),
+        ("tests/test_records.py", "-k", "step_log"), "diagnose plotted both rows of one step",
+    ),
+    Mutation(
+        "records: an all-NaN statistic reported as a missing column", "simcse_weince/diagnostics/plots.py",
+        (("    if not series and only_nan:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "all_nan"), "a log of NaN statistics was called a log without them",
+    ),
+    Mutation(
+        "config: a YAML boolean where a list is expected iterated", "simcse_weince/settings.py",
+        (("        if not isinstance(value, (list, tuple, str)):", "        if False:"),),
+        ("tests/test_records.py", "-k", "yaml_boolean"), "final_tasks: no failed with 'bool' object is not iterable",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",
