@@ -861,6 +861,11 @@ MUTATIONS = (
         (("        if not isinstance(value, (list, tuple, str)):", "        if False:"),),
         ("tests/test_records.py", "-k", "yaml_boolean"), "final_tasks: no failed with 'bool' object is not iterable",
     ),
+    Mutation(
+        "tokenizer: a missing optional package not named", "simcse_weince/encoder_checks.py",
+        (('    if found is None or importlib.util.find_spec("sentencepiece") is not None:', "    if True:"),),
+        ("tests/test_model_inputs.py", "-k", "missing_package"), "a SentencePiece folder failed naming tiktoken",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",
