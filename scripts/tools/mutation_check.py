@@ -866,6 +866,23 @@ MUTATIONS = (
         (('    if found is None or importlib.util.find_spec("sentencepiece") is not None:', "    if True:"),),
         ("tests/test_model_inputs.py", "-k", "missing_package"), "a SentencePiece folder failed naming tiktoken",
     ),
+    Mutation(
+        "push: uploads the folder's listing, not the export's record", "simcse_weince/hub.py",
+        (("    if not listing_path.exists():\n        return _unlisted_export_files(folder)",
+          "    if True:\n        return _unlisted_export_files(folder)"),),
+        ("tests/test_push_export.py", "-k", "added_inside"), "a .env added inside 1_Pooling/ was uploaded",
+    ),
+    Mutation(
+        "push: a listed file's hash not compared", "simcse_weince/hub.py",
+        (("        if size != record[\"size\"] or _sha256(path) != record[\"sha256\"]:", "        if False:"),),
+        ("tests/test_push_export.py", "-k", "not_as_the_export"), "an edited model card was uploaded as the export",
+    ),
+    Mutation(
+        "push: the export's listing written through a link", "simcse_weince/hub.py",
+        (("        temporary.unlink()  # a leftover (or a planted link): removed, not opened\n", "        pass\n"),
+         ('os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)', "os.O_TRUNC")),
+        ("tests/test_push_export.py", "-k", "through_a_link"), "a planted link's target was overwritten",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",
