@@ -883,6 +883,17 @@ MUTATIONS = (
          ('os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)', "os.O_TRUNC")),
         ("tests/test_push_export.py", "-k", "through_a_link"), "a planted link's target was overwritten",
     ),
+    Mutation(
+        "domains: a numeric setting without its domain (kappa_rho)", "simcse_weince/weince/config.py",
+        (('    "kappa_rho": Domain(', '    "_kappa_rho": Domain('),),
+        ("tests/test_setting_domains.py", "-k", "has_a_domain or kappa_rho"), "a zero slope fixed lambda_rho at 1/2",
+    ),
+    Mutation(
+        "domains: an open end checked as closed", "simcse_weince/validation.py",
+        (("        above = value >= self.low if self.low_closed else value > self.low\n",
+          "        above = value >= self.low\n"),),
+        ("tests/test_setting_domains.py", "-k", "temperature"), "temperature 0 was accepted",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",
