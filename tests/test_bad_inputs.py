@@ -60,6 +60,10 @@ def world(tmp_path_factory, data_dir):
         "bad.json": b'{"batch_size": 16,}',
         "list.yaml": b"- batch_size\n- 16\n",
         "unknown.yaml": b"batch_sise: 16\n",
+        "twice.yaml": b"batch_size: 16\nseed: 1\nbatch_size: 32\n",
+        "twice.json": b'{"weince": {"quantile": 0.3, "quantile": 0.5}}',
+        "final-tasks-no.yaml": b"final_tasks: no\n",
+        "report-to-off.yaml": b"report_to: off\n",
         "sentences.txt": "\n".join(f"sentence number {i}" for i in range(20)).encode(),
         "zero-width": "\u200b\n\ufeff\n \u200b\ufeff\t\n\u2060\n".encode() * 10,  # 40 lines, nothing visible
     }
@@ -140,6 +144,17 @@ CASES = [
     T("list-config", "--config", "{root}/list.yaml", "--output-dir", "{root}/new", expect="must hold a mapping"),
     T("unknown-key-config", "--config", "{root}/unknown.yaml", "--output-dir", "{root}/new",
       expect="unknown config setting 'batch_sise'"),
+    # a key given twice is refused (a YAML or JSON reader keeps the last one silently); a YAML boolean where a
+    # list is expected is named with the field and what it expects
+    T("duplicate-key-yaml-config", "--config", "{root}/twice.yaml", "--output-dir", "{root}/new",
+      expect="config file {root}/twice.yaml holds the key 'batch_size' twice in one mapping (line 3", absent="{root}/new"),
+    T("duplicate-key-json-config", "--config", "{root}/twice.json", "--output-dir", "{root}/new",
+      expect="config file {root}/twice.json holds the key 'quantile' twice", absent="{root}/new"),
+    T("yaml-boolean-final-tasks", "--config", "{root}/final-tasks-no.yaml", "--output-dir", "{root}/new",
+      expect="final_tasks must be a list of strings, got the boolean false (YAML reads no/off/yes/on as booleans",
+      absent="{root}/new"),
+    T("yaml-boolean-report-to", "--config", "{root}/report-to-off.yaml", "--output-dir", "{root}/new",
+      expect="report_to must be a list of strings, got the boolean false", absent="{root}/new", base=False),
     # --- train: range checks (and no training_config.yaml stub left behind)
     T("bad-lr-scheduler", "--lr-scheduler", "warmup_cosine", "--output-dir", "{root}/new",
       expect="unknown lr_scheduler 'warmup_cosine'", absent="{root}/new"),

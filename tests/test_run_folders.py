@@ -237,7 +237,7 @@ def test_push_uploads_exactly_the_export_and_never_prints_the_token(finished, tm
         path.relative_to(finished["run"]).as_posix()
         for path in finished["run"].rglob("*")
         if path.is_file() and path.relative_to(finished["run"]).parts[0] not in ("checkpoints", "logs")
-    } - {"training_config.yaml", "run_files.json"}
+    } - {"training_config.yaml", "run_files.json", "export_files.json"}
     assert set(uploaded) == model_files  # every file of the export, nothing else
     assert {"modules.json", "model.safetensors", "README.md", "results.json", "1_Pooling/config.json"} <= set(uploaded)
     assert uploaded["model.safetensors"] == (folder / "model.safetensors").read_bytes()

@@ -820,6 +820,80 @@ MUTATIONS = (
         (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
         ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
     ),
+    # ---- what the tool reads: prepared data keyed by content, strict JSON / YAML / step-log readers
+    Mutation(
+        "data: prepared lines keyed by path and mtime again (datasets' own key)", "simcse_weince/text/data.py",
+        (('split="train", cache_dir=str(cache_dir))', 'split="train")'),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "a file rewritten with its mtime kept trains on its old lines",
+    ),
+    Mutation(
+        "data: the in-process digest memo keyed without the ctime", "simcse_weince/provenance.py",
+        (("stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)", "stat.st_mtime_ns, stat.st_ino)"),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "the recorded sha256 would be the old content's",
+    ),
+    Mutation(
+        "records: a JSON key given twice last-wins", "simcse_weince/records.py",
+        (("json.loads(text, object_pairs_hook=_refusing_duplicates(source))", "json.loads(text)"),),
+        ("tests/test_records.py", "-k", "twice or trust"), "compare read the second of two scores",
+    ),
+    Mutation(
+        "records: a YAML key given twice last-wins", "simcse_weince/records.py",
+        (("                    if duplicate:\n", "                    if False:\n"),),
+        ("tests/test_records.py", "-k", "twice"), "a --config setting given twice applied its last value silently",
+    ),
+    Mutation(
+        "records: a negative count accepted", "simcse_weince/records.py",
+        (("    if value < minimum:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "count or trust"), "a results.json with total_steps -3 was reused",
+    ),
+    Mutation(
+        "records: a step logged twice kept", "simcse_weince/records.py",
+        (("            if (step, name) in seen:\n", "            if False:\n"),),
+        ("tests/test_records.py", "-k", "step_log"), "diagnose plotted both rows of one step",
+    ),
+    Mutation(
+        "records: an all-NaN statistic reported as a missing column", "simcse_weince/diagnostics/plots.py",
+        (("    if not series and only_nan:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "all_nan"), "a log of NaN statistics was called a log without them",
+    ),
+    Mutation(
+        "config: a YAML boolean where a list is expected iterated", "simcse_weince/settings.py",
+        (("        if not isinstance(value, (list, tuple, str)):", "        if False:"),),
+        ("tests/test_records.py", "-k", "yaml_boolean"), "final_tasks: no failed with 'bool' object is not iterable",
+    ),
+    Mutation(
+        "tokenizer: a missing optional package not named", "simcse_weince/encoder_checks.py",
+        (('    if found is None or importlib.util.find_spec("sentencepiece") is not None:', "    if True:"),),
+        ("tests/test_model_inputs.py", "-k", "missing_package"), "a SentencePiece folder failed naming tiktoken",
+    ),
+    Mutation(
+        "push: uploads the folder's listing, not the export's record", "simcse_weince/hub.py",
+        (("    if not listing_path.exists():\n        return _unlisted_export_files(folder)",
+          "    if True:\n        return _unlisted_export_files(folder)"),),
+        ("tests/test_push_export.py", "-k", "added_inside"), "a .env added inside 1_Pooling/ was uploaded",
+    ),
+    Mutation(
+        "push: a listed file's hash not compared", "simcse_weince/hub.py",
+        (("        if size != record[\"size\"] or _sha256(path) != record[\"sha256\"]:", "        if False:"),),
+        ("tests/test_push_export.py", "-k", "not_as_the_export"), "an edited model card was uploaded as the export",
+    ),
+    Mutation(
+        "push: the export's listing written through a link", "simcse_weince/hub.py",
+        (("        temporary.unlink()  # a leftover (or a planted link): removed, not opened\n", "        pass\n"),
+         ('os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)', "os.O_TRUNC")),
+        ("tests/test_push_export.py", "-k", "through_a_link"), "a planted link's target was overwritten",
+    ),
+    Mutation(
+        "domains: a numeric setting without its domain (kappa_rho)", "simcse_weince/weince/config.py",
+        (('    "kappa_rho": Domain(', '    "_kappa_rho": Domain('),),
+        ("tests/test_setting_domains.py", "-k", "has_a_domain or kappa_rho"), "a zero slope fixed lambda_rho at 1/2",
+    ),
+    Mutation(
+        "domains: an open end checked as closed", "simcse_weince/validation.py",
+        (("        above = value >= self.low if self.low_closed else value > self.low\n",
+          "        above = value >= self.low\n"),),
+        ("tests/test_setting_domains.py", "-k", "temperature"), "temperature 0 was accepted",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",

@@ -306,12 +306,12 @@ def _load_model(name: str, device: str | None):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from simcse_weince.encoder_checks import check_sentence_transformer
+    from simcse_weince.encoder_checks import check_sentence_transformer, naming_missing_tokenizer_package
     from simcse_weince.safe_load import refusing_pickles
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        with refusing_pickles(name):
+        with refusing_pickles(name), naming_missing_tokenizer_package(name, name):
             model = SentenceTransformer(name, device=device)
     except OSError as error:
         raise FileNotFoundError(f"cannot load the model {name!r}: {error}") from error

@@ -29,7 +29,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from simcse_weince.encoder_checks import check_tokenizer, embedding_rows
+from simcse_weince.encoder_checks import (
+    MissingTokenizerPackage,
+    check_tokenizer,
+    embedding_rows,
+    naming_missing_tokenizer_package,
+)
 from simcse_weince.evaluation.encoders import length_sorted_batches
 from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
@@ -236,8 +241,9 @@ class SimCSEModel(nn.Module):
         try:
             with refusing_pickles(path):
                 encoder = AutoModel.from_pretrained(path, config=config)
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        except RefusedPickle:
+            with naming_missing_tokenizer_package(model, path):
+                tokenizer = AutoTokenizer.from_pretrained(path)
+        except (RefusedPickle, MissingTokenizerPackage):
             raise
         except (OSError, ValueError) as error:
             raise loading_error(error) from error

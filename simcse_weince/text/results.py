@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
-from simcse_weince.hub import write_model_card
+from simcse_weince.hub import write_export_listing, write_model_card
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.precision import precision_label
 from simcse_weince.provenance import versions
@@ -190,6 +190,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
         write_model_card(output_dir, results)
         staging.mkdir()
         (staging / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        write_export_listing(output_dir, staging)  # every file push may upload, with its sha256
         _move_into(staging, output_dir)  # results.json: the exported model's scores and settings, pushed with it
     return results
 
