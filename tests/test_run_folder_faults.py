@@ -435,7 +435,9 @@ class Sequence:
             self.dispatch(name, index)
         except Violation as violation:
             changed = self.changed_outside(before, index)
-            raise Violation(f"bytes outside R changed: {changed[:8]}; and {violation}" if changed else violation)
+            if changed:
+                raise Violation(f"bytes outside R changed: {changed[:8]}; and {violation}") from None
+            raise
         changed = self.changed_outside(before, index)
         if changed:
             self.fail(f"bytes outside R changed: {changed[:8]}")
