@@ -38,6 +38,7 @@ set). A failure names every failing sequence: its seed, its operations and the v
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -54,7 +55,19 @@ from pathlib import Path
 import pytest
 from train_helpers import REPO_ROOT, make_tiny_model
 
-DEFAULT_SEEDS = (3, 11, 29)
+DEFAULT_SEEDS = (3,)
+#: fixed walks through the issue's flows (seed, operations), run by default besides DEFAULT_SEEDS
+SCENARIOS = (
+    # a kill before the first checkpoint, a resume killed after one, a resume; an --overwrite killed before its
+    # first checkpoint, a resume (the replaced run continues); the data rewritten with its mtime kept, --overwrite
+    (1, ["kill:train@step1", "kill:resume@checkpoint", "resume", "kill:overwrite@step1", "resume", "rewrite-data",
+         "overwrite"]),
+    # an edited seed on --resume; another run's checkpoint without run_files.json; a link at README.md
+    (2, ["train", "edit-yaml:seed", "resume", "overwrite", "foreign:without-manifest", "resume", "overwrite",
+         "link:README.md", "resume"]),
+    # a second writer; a link at the lock
+    (3, ["second-writer", "link:LOCK", "resume"]),
+)  # fmt: skip
 SLOW_SEQUENCES = int(os.environ.get("SIMCSE_WEINCE_FAULT_SEQUENCES", "200"))
 OPERATIONS_PER_SEQUENCE = int(os.environ.get("SIMCSE_WEINCE_FAULT_OPERATIONS", "7"))
 TRAIN_LINES = 400
@@ -266,7 +279,6 @@ class Session:
         self.references: dict[tuple, list[float]] = {}
         self.lock_name = _lock_file_name()
         self.starts = 0
-        self._other_checkpoint = None
 
     def data_file(self, content: bytes) -> Path:
         path = self.root / "refdata" / f"{sha(content)[:16]}.txt"
@@ -288,21 +300,6 @@ class Session:
             history = json.loads((output / "results.json").read_text())["history"]
             self.references[key] = [entry["loss"] for entry in history]
         return self.references[key]
-
-    def other_checkpoint(self) -> Path:
-        """A checkpoint of another run (seed 99, 30 steps, saved at step 25) on the first data content."""
-        if self._other_checkpoint is None:
-            output = self.root / "other-run"
-            settings = Settings(batch_size=8, seed=99, learning_rate=1e-3, max_steps=30)
-            argv = ["train", *common_flags(self.model, self.data_file(self.contents[0].encode()), 25, 1),
-                    *settings.flags(), "--output-dir", str(output)]  # fmt: skip
-            code, stderr = self.server.run(argv, self.root)
-            self.starts += 1
-            assert code == 0, stderr[-3000:]
-            checkpoints = sorted((output / "checkpoints").glob("step-*[0-9]"))
-            assert checkpoints, f"the other run kept no checkpoint: {sorted(output.rglob('*'))}"
-            self._other_checkpoint = checkpoints[-1]
-        return self._other_checkpoint
 
 
 # ---------------------------------------------------------------------------------------- one sequence
@@ -336,6 +333,7 @@ class Sequence:
         self.data = home / "data" / "train.txt"
         self.victims = home / "victims"
         self.log: list[str] = []
+        self.names: list[str] = []  # the operations run, as dispatch() takes them (to replay the walk)
         self.operations = 0
         self.expected = Expected()
         self.save_steps = self.rng.choice((2, 3))
@@ -402,9 +400,10 @@ class Sequence:
 
     # ---- the walk
 
-    def walk(self, operations: int) -> None:
-        for _ in range(operations):
-            self.step(self.choose())
+    def walk(self, operations) -> None:
+        """``operations``: how many to draw, or the list to run (names as :meth:`dispatch` takes them)."""
+        for name in operations if isinstance(operations, list) else (self.choose() for _ in range(operations)):
+            self.step(name)
         if self.expected.settings is not None and self.clean():
             self.step("resume")  # the end: a run with nothing changed resumes and finishes exactly
 
@@ -430,6 +429,7 @@ class Sequence:
         self.operations += 1
         index = len(self.log)
         self.log.append(name)
+        self.names.append(name)
         before = self.surroundings()
         try:
             self.dispatch(name, index)
@@ -449,30 +449,33 @@ class Sequence:
         return changed
 
     def dispatch(self, name: str, index: int) -> None:
-        if name in ("train", "resume", "overwrite"):
-            self.cli_operation(name, index)
-        elif name.startswith(("kill:", "term:")):
-            how, operation = name.split(":")
-            self.cli_operation(operation, index, stop=how)
-        elif name == "edit-yaml":
-            self.edit_yaml(index)
-        elif name == "rewrite-data":
+        """``name``: an operation, with an optional choice after a colon (``link:LOCK``, ``kill:resume@step3``,
+        ``edit-yaml:seed``, ``foreign:without-manifest``) that the walk otherwise draws."""
+        kind, _, choice = name.partition(":")
+        if kind in ("train", "resume", "overwrite"):
+            self.cli_operation(kind, index)
+        elif kind in ("kill", "term"):
+            operation, _, point = choice.partition("@")
+            self.cli_operation(operation, index, stop=kind, point=point or None)
+        elif kind == "edit-yaml":
+            self.edit_yaml(index, choice or None)
+        elif kind == "rewrite-data":
             self.rewrite_data(index)
-        elif name == "link":
-            self.plant_link(index)
-        elif name == "foreign":
-            self.copy_foreign(index)
-        elif name == "second-writer":
+        elif kind == "link":
+            self.plant_link(index, choice or None)
+        elif kind == "foreign":
+            self.copy_foreign(index, choice or None)
+        elif kind == "second-writer":
             self.second_writer(index)
 
     # ---- a user's operations
 
-    def edit_yaml(self, index: int) -> None:
+    def edit_yaml(self, index: int, name: str | None = None) -> None:
         path = self.run_dir / "training_config.yaml"
         if path.is_symlink() or not path.is_file():
             self.log[index] += " (no training_config.yaml: nothing edited)"
             return
-        name = self.rng.choice(sorted(EDITABLE))
+        name = name or self.rng.choice(sorted(EDITABLE))
         text = path.read_text(encoding="utf-8")
         current = re.search(rf"^{name}: (.*)$", text, flags=re.M)
         value = next(v for v in EDITABLE[name] if float(v) != float(current.group(1)))
@@ -492,8 +495,8 @@ class Sequence:
         os.utime(self.data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         self.log[index] += f" (content {self.content_index}, mtime kept)"
 
-    def plant_link(self, index: int) -> None:
-        where, kind, written = self.rng.choice(LINK_PLACES)
+    def plant_link(self, index: int, place: str | None = None) -> None:
+        where, kind, written = next(p for p in LINK_PLACES if p[0] == place) if place else self.rng.choice(LINK_PLACES)
         if where == "LOCK":
             where = self.session.lock_name
         if where == "CHECKPOINT_FILE":
@@ -516,18 +519,32 @@ class Sequence:
         self.expected.links[where] = (target, written)
         self.log[index] += f" ({where} -> {target.relative_to(self.home)})"
 
-    def copy_foreign(self, index: int) -> None:
+    def copy_foreign(self, index: int, how: str | None = None) -> None:
         checkpoints = self.run_dir / "checkpoints"
         if checkpoints.is_symlink() or not checkpoints.is_dir():
             self.log[index] += " (no checkpoints folder: nothing copied)"
             return
-        other = self.session.other_checkpoint()
+        other = self.other_checkpoint()
         shutil.copytree(other, checkpoints / other.name, dirs_exist_ok=True)
         self.expected.foreign = other.name
-        without_manifest = self.rng.random() < 0.5
+        without_manifest = how == "without-manifest" if how else self.rng.random() < 0.5
         if without_manifest:
             (self.run_dir / "run_files.json").unlink(missing_ok=True)
         self.log[index] += f" ({other.name}{', run_files.json deleted' if without_manifest else ''})"
+
+    def other_checkpoint(self) -> Path:
+        """A checkpoint of another run (step 25 of 30) on R's data file, with R's settings: it differs from R's run
+        only by its identity and length (which --resume may change), so only the run id tells it apart."""
+        settings = replace(self.expected.settings or self.random_settings(), max_steps=30)
+        output = self.session.root / "other-runs" / f"{self.seed}-{self.operations}"
+        argv = ["train", *common_flags(self.session.model, self.data, 25, 1), *settings.flags(), "--output-dir",
+                str(output)]  # fmt: skip
+        code, stderr = self.session.server.run(argv, self.home)
+        self.session.starts += 1
+        assert code == 0, f"the other run failed: {stderr[-3000:]}"
+        checkpoints = sorted((output / "checkpoints").glob("step-*[0-9]"))
+        assert checkpoints, f"the other run kept no checkpoint: {sorted(output.rglob('*'))}"
+        return checkpoints[-1]
 
     # ---- the CLI's operations
 
@@ -564,14 +581,17 @@ class Sequence:
             return "either"
         return None
 
-    def cli_operation(self, operation: str, index: int, stop: str | None = None) -> None:
+    def cli_operation(self, operation: str, index: int, stop: str | None = None, point: str | None = None) -> None:
         e = self.expected
         if operation == "resume" and e.settings is None and not self.entries():
             operation = "train"
             self.log[index] = self.log[index].replace("resume", "train")
         settings = self.random_settings() if operation != "resume" else None
-        if operation == "overwrite" and e.settings is not None and self.rng.random() < 0.5:
-            settings = replace(e.settings, seed=self.rng.choice(EDITABLE["seed"]))  # often the same run again
+        if operation == "overwrite" and e.settings is not None:
+            if self.rng.random() < 0.5:
+                settings = replace(e.settings, seed=self.rng.choice(EDITABLE["seed"]))  # often the same run again
+            if settings == e.settings:  # a replaced run differs from the new one, so that results.json tells which
+                settings = replace(settings, seed=next(seed for seed in EDITABLE["seed"] if seed != settings.seed))
         if settings is not None:
             self.log[index] += f" {settings}"
         refusal = self.expected_refusal(operation)
@@ -580,7 +600,7 @@ class Sequence:
         argv = self.command(operation, settings)
         running = self.session.server.start(argv, self.home)
         self.session.starts += 1
-        fired = self.stop_at(running, operation, stop, settings or yaml_before) if stop else None
+        fired = self.stop_at(running, stop, settings or yaml_before, point) if stop else None
         code = running.wait()
         stderr = running.stderr()
         self.log[index] += f" -> exit {code}" + (f" ({fired})" if fired else "")
@@ -598,39 +618,42 @@ class Sequence:
         if code == 143:
             if last_line(stderr) != "interrupted by SIGTERM":
                 self.fail(f"SIGTERM: the last line is {last_line(stderr)!r}")
+        if operation == "resume":  # the run of record, or the edited YAML where no checkpoint holds a record
+            settings = yaml_before if e.yaml_edits or e.settings is None else e.settings
         if code == 0:
-            expected_settings = yaml_before if operation == "resume" else settings
-            self.check_finished(expected_settings, data_now)
-            e.settings, e.data_at_start, e.killed = expected_settings, data_now, False
-            e.yaml_edits, e.links, e.foreign = {}, {}, None
+            self.check_finished(settings, data_now)
+            self.expected = Expected(settings, data_now)
             return
-        self.after_stop(operation, settings, yaml_before, data_now)
+        self.after_stop(operation, settings, data_now, running.started)
 
-    def after_stop(self, operation: str, settings: Settings | None, yaml_before, data_now: bytes) -> None:
-        """A kill (or SIGTERM): R holds a run that resumes, or nothing (a start stopped before it claimed R)."""
+    def after_stop(self, operation: str, settings: Settings, data_now: bytes, started: float) -> None:
+        """A kill (or SIGTERM): R holds a run that resumes, or nothing (a start stopped before it claimed R). An
+        --overwrite start holds R once it has a checkpoint; before, the run it replaces is R's (put back at the
+        next start); a --resume that ran restarted a run without a checkpoint with the YAML and data of now."""
         e = self.expected
-        held = self.yaml_settings()
-        if held is None:
+        if self.yaml_settings() is None:
             if self.entries():
                 self.fail(f"the stopped run left {self.entries()} in {self.run_dir} without training_config.yaml")
-            e.settings, e.data_at_start, e.killed = None, None, False
+            self.expected = Expected()
             return
-        if operation in ("train", "overwrite") and held == settings and held != yaml_before:
-            e.settings, e.data_at_start, e.yaml_edits, e.foreign = settings, data_now, {}, None
-        elif operation == "train" and e.settings is None:
-            e.settings, e.data_at_start = settings, data_now
+        if operation == "train" or e.settings is None or (operation == "overwrite" and self.new_checkpoints(started)):
+            self.expected = e = Expected(settings, data_now)
+        elif operation == "resume" and self.new_checkpoints(started):
+            e.settings, e.data_at_start, e.yaml_edits = settings, data_now, {}
         e.links = {where: link for where, link in e.links.items() if (self.run_dir / where).is_symlink()}
         if e.foreign is not None and not (self.run_dir / "checkpoints" / e.foreign).is_dir():
             e.foreign = None
         e.killed = True
 
-    def stop_at(self, running: Running, operation: str, how: str, settings: Settings) -> str:
-        """SIGKILL (``kill``) or SIGTERM (``term``) at a random observed point; returns what fired."""
-        point = self.rng.choice(KILL_POINTS)
+    def stop_at(self, running: Running, how: str, settings: Settings, point: str | None) -> str:
+        """SIGKILL (``kill``) or SIGTERM (``term``) at a random observed point (``point``: one of KILL_POINTS,
+        ``stepN`` for the N-th logged step); returns what fired."""
+        point = point or self.rng.choice(KILL_POINTS)
         step = self.rng.randint(1, settings.max_steps) if settings else 1
+        if point.startswith("step") and point != "step":
+            point, step = "step", int(point[4:])
         delay = self.rng.uniform(0.3, 6.0)
         known = self.hidden_entries()
-        checkpoints_before = {path.name for path in self.own_checkpoints()}
         export_marks = self.export_marks()
         deadline = running.started + (delay if point == "delay" else 600)
         fired = None
@@ -639,7 +662,7 @@ class Sequence:
                 fired = f"at step {step}"
             elif point == "checkpoint-tmp" and self.checkpoint_temporaries():
                 fired = "during a checkpoint write"
-            elif point == "checkpoint" and {p.name for p in self.own_checkpoints()} - checkpoints_before:
+            elif point == "checkpoint" and self.new_checkpoints(running.started):
                 fired = "a new checkpoint appeared"
             elif point == "hidden" and self.hidden_entries() - known:
                 fired = f"hidden entry {sorted(self.hidden_entries() - known)[0]} appeared"
@@ -654,6 +677,15 @@ class Sequence:
             return f"{point}: the run ended first"
         os.kill(running.process.pid, signal.SIGKILL if how == "kill" else signal.SIGTERM)
         return f"{how} {fired}"
+
+    def new_checkpoints(self, since: float) -> list[Path]:
+        """The run's checkpoints written since ``since`` (by the process started then)."""
+        found = []
+        for checkpoint in self.own_checkpoints():
+            with contextlib.suppress(OSError):
+                if (checkpoint / "trainer_state.json").stat().st_mtime >= since:
+                    found.append(checkpoint)
+        return found
 
     def started_by(self, running: Running) -> bool:
         path = self.run_dir / "logs" / "metrics.csv"
@@ -729,8 +761,7 @@ class Sequence:
         if first_refusal not in (None, "either") and not lock_link:
             self.fail(f"{operation} ran where it must be refused ({first_refusal})")
         self.check_finished(settings, data_now)
-        e.settings, e.data_at_start, e.killed = settings, data_now, False
-        e.yaml_edits, e.links, e.foreign = {}, {}, None
+        self.expected = Expected(settings, data_now)
 
     # ---- the checks
 
@@ -811,17 +842,20 @@ def session(tmp_path_factory, data_dir):
     return Session(tmp_path_factory.mktemp("faults"), data_dir)
 
 
-def explore(session: Session, seeds, tmp_path_factory) -> tuple[list[str], int]:
-    """Run one sequence per seed; returns each failing sequence's report and the number of operations run."""
+def explore(session: Session, walks, tmp_path_factory) -> tuple[list[str], int]:
+    """Run each walk (a seed, or a seed and its operations); returns each failing walk's report and the number of
+    operations run."""
     failures, operations = [], 0
-    for seed in seeds:
+    for walk in walks:
+        seed, planned = walk if isinstance(walk, tuple) else (walk, OPERATIONS_PER_SEQUENCE)
         sequence = Sequence(session, seed, tmp_path_factory.mktemp(f"seed-{seed}"))
         outcome = "kept every invariant"
         try:
-            sequence.walk(OPERATIONS_PER_SEQUENCE)
+            sequence.walk(planned)
         except Violation as violation:
             outcome = f"violated: {violation}"
-            failures.append(f"seed {seed} (home {sequence.home}):\n{_steps(sequence)}\n  {outcome}")
+            replay = f"SIMCSE_WEINCE_FAULT_SEQUENCE='{seed}:{','.join(sequence.names)}'"
+            failures.append(f"seed {seed} (home {sequence.home}; replay: {replay}):\n{_steps(sequence)}\n  {outcome}")
         operations += sequence.operations
         print(f"seed {seed}: {sequence.operations} operations\n{_steps(sequence)}\n  {outcome}", flush=True)
     return failures, operations
@@ -831,8 +865,12 @@ def _steps(sequence: Sequence) -> str:
     return "\n".join(f"    {i + 1}. {line}" for i, line in enumerate(sequence.log))
 
 
-def _seeds(default) -> list[int]:
-    given = os.environ.get("SIMCSE_WEINCE_FAULT_SEEDS")
+def _walks(default) -> list:
+    """SIMCSE_WEINCE_FAULT_SEEDS (seeds) or SIMCSE_WEINCE_FAULT_SEQUENCE (``seed:op,op,...``) replace ``default``."""
+    given, sequence = os.environ.get("SIMCSE_WEINCE_FAULT_SEEDS"), os.environ.get("SIMCSE_WEINCE_FAULT_SEQUENCE")
+    if sequence:
+        seed, _, operations = sequence.partition(":")
+        return [(int(seed), operations.split(","))]
     return [int(seed) for seed in given.split(",")] if given else list(default)
 
 
@@ -843,7 +881,7 @@ def _report(seeds, failures, operations, session: Session, started: float) -> st
 
 def test_default_walks_keep_every_run_folder_invariant(session, tmp_path_factory):
     started = time.monotonic()
-    seeds = _seeds(DEFAULT_SEEDS)
+    seeds = _walks([*SCENARIOS, *DEFAULT_SEEDS])
     failures, operations = explore(session, seeds, tmp_path_factory)
     summary = _report(seeds, failures, operations, session, started)
     print(summary)
@@ -853,7 +891,7 @@ def test_default_walks_keep_every_run_folder_invariant(session, tmp_path_factory
 @pytest.mark.slow
 def test_many_walks_keep_every_run_folder_invariant(session, tmp_path_factory):
     started = time.monotonic()
-    seeds = _seeds(range(1000, 1000 + SLOW_SEQUENCES))
+    seeds = _walks(range(1000, 1000 + SLOW_SEQUENCES))
     failures, operations = explore(session, seeds, tmp_path_factory)
     summary = _report(seeds, failures, operations, session, started)
     print(summary)
