@@ -50,6 +50,8 @@ OBJECTIVE = "simcse_weince/losses/from_embeddings.py"  # the trainers' Contrasti
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
+RUN_FOLDER, CHECKPOINT_FILES = "simcse_weince/training/run_folder.py", "simcse_weince/training/checkpoints.py"
+WALK = ("tests/test_run_folder_faults.py", "-k", "default")
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
@@ -921,6 +923,45 @@ MUTATIONS = (
         "a loss's settings not normalised at construction (directions as given)", FROM_EMBEDDINGS,
         (("        object.__setattr__(self, \"directions\", directions)\n", ""),),
         ("tests/test_renamed_names.py", "-k", "validated_once"), "issue 55.2: the options are checked once",
+    ),
+    # ---- the run folder, explored by random walks (tests/test_run_folder_faults.py: its scripted walks and seeds)
+    Mutation(
+        "lock: opened through a link planted at its path", RUN_FOLDER,
+        (("        if os.path.islink(self.path):\n            raise LinkInRunFolder(",
+          "        if False:\n            raise LinkInRunFolder("),
+         ("flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
+          "flags = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC")),
+        WALK, "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
+    ),
+    Mutation(
+        "run identity: a restart from step 0 draws a new run id, the manifest keeps the old one", RUN_FOLDER,
+        (("                self.run_id = folder_run_id(self.output_dir) if resume else None\n            except",
+          "                self.run_id = None\n            except"),
+         ('                manifest["run_id"] = run_id\n',
+          '                manifest["run_id"] = manifest.get("run_id") or run_id\n')),
+        WALK, "killed before the first checkpoint, resumed, killed after one: --resume refused for good",
+    ),
+    Mutation(
+        "--overwrite: a start killed before its first checkpoint drops the run it replaced", RUN_FOLDER,
+        (('    if any(checkpoint_run_id(path) == record["run_id"] for path in list_checkpoints(output_dir)):',
+          "    if True:"),),
+        WALK, "--overwrite must complete or change nothing: a kill before its checkpoint lost the earlier run",
+    ),
+    Mutation(
+        "--resume: the settings compared with themselves, not with the checkpoint's record", CHECKPOINT_FILES,
+        (("    saved, now = _flat(record), _flat(settings_of_record(config))",
+          "    saved, now = _flat(settings_of_record(config)), _flat(settings_of_record(config))"),),
+        WALK, "an edited training_config.yaml (seed, batch, learning rate) was resumed without a word",
+    ),
+    Mutation(
+        "--resume: without run_files.json a checkpoint's run id is not compared", RUN_FOLDER,
+        (("        return found.group(1) if found else None", "        return None"),),
+        WALK, "another run's checkpoint copied in, run_files.json deleted: its weights continued under R",
+    ),
+    Mutation(
+        "run folder: a link where the run writes is not refused at the start", RUN_FOLDER,
+        (("                check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
+        WALK, "a link at README.md: the start trained, then failed at the export (or wrote through it)",
     ),
 )
 # fmt: on
