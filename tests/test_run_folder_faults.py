@@ -57,17 +57,19 @@ from train_helpers import REPO_ROOT, make_tiny_model
 
 DEFAULT_SEEDS = (3,)
 #: fixed walks through the issue's flows (seed, operations), run by default besides DEFAULT_SEEDS
-SCENARIOS = (
-    # a kill before the first checkpoint, a resume killed after one, a resume; an --overwrite killed before its
-    # first checkpoint, a resume (the replaced run continues); the data rewritten with its mtime kept, --overwrite
-    (1, ["kill:train@step1", "kill:resume@checkpoint", "resume", "kill:overwrite@step1", "resume", "rewrite-data",
-         "overwrite"]),
-    # an edited seed on --resume; another run's checkpoint without run_files.json; a link at README.md
-    (2, ["train", "edit-yaml:seed", "resume", "overwrite", "foreign:without-manifest", "resume", "overwrite",
-         "link:README.md", "resume"]),
-    # a second writer; a link at the lock
-    (3, ["second-writer", "link:LOCK", "resume"]),
-)  # fmt: skip
+SCENARIOS = {
+    # killed before the first checkpoint, resumed (from step 0), killed after a checkpoint, resumed
+    "a_restart_from_step_0_keeps_the_run": (1, ["kill:train@step1", "kill:resume@checkpoint", "resume"]),
+    # an --overwrite killed before its first checkpoint: the run it replaces is R's and resumes
+    "a_killed_overwrite_leaves_the_replaced_run": (1, ["train", "kill:overwrite@step1", "resume"]),
+    # an edited seed on --resume; a link at README.md; the data rewritten with its mtime kept, --overwrite
+    "edited_settings_and_links_are_refused": (2, ["train", "edit-yaml:seed", "resume", "overwrite", "link:README.md",
+                                                  "resume", "rewrite-data", "overwrite"]),
+    # another run's checkpoint (R's settings, another id) copied in, run_files.json deleted
+    "another_runs_checkpoint_is_refused": (2, ["train", "foreign:without-manifest", "resume"]),
+    # a second writer while one trains; a link at the lock
+    "a_second_writer_and_a_linked_lock_are_refused": (3, ["second-writer", "link:LOCK", "resume"]),
+}  # fmt: skip
 SLOW_SEQUENCES = int(os.environ.get("SIMCSE_WEINCE_FAULT_SEQUENCES", "200"))
 OPERATIONS_PER_SEQUENCE = int(os.environ.get("SIMCSE_WEINCE_FAULT_OPERATIONS", "7"))
 TRAIN_LINES = 400
@@ -326,7 +328,7 @@ KILL_POINTS = ("step", "checkpoint-tmp", "checkpoint", "hidden", "export", "dela
 
 
 class Sequence:
-    def __init__(self, session: Session, seed: int, home: Path):
+    def __init__(self, session: Session, seed: int, home: Path, random_settings: bool = True):
         self.session, self.seed, self.rng = session, seed, random.Random(seed)
         self.home = home
         self.run_dir = home / "runs" / "R"
@@ -338,7 +340,7 @@ class Sequence:
         self.expected = Expected()
         self.save_steps = self.rng.choice((2, 3))
         self.save_total_limit = self.rng.choice((1, 2))
-        self.num_workers = 2 if self.rng.random() < 0.15 else 0
+        self.num_workers = 2 if random_settings and self.rng.random() < 0.15 else 0
         self.content_index = 0
         (home / "runs").mkdir(parents=True)
         (home / "runs" / "neighbour.txt").write_text("a file beside the run\n")
@@ -372,7 +374,7 @@ class Sequence:
             batch_size=self.rng.choice(EDITABLE["batch_size"]),
             seed=self.rng.choice(EDITABLE["seed"]),
             learning_rate=self.rng.choice(EDITABLE["learning_rate"]),
-            max_steps=self.rng.choice((6, 6, 24)),
+            max_steps=self.rng.choice((6, 6, 16)),
             num_workers=self.num_workers,
         )
 
@@ -533,11 +535,11 @@ class Sequence:
         self.log[index] += f" ({other.name}{', run_files.json deleted' if without_manifest else ''})"
 
     def other_checkpoint(self) -> Path:
-        """A checkpoint of another run (step 25 of 30) on R's data file, with R's settings: it differs from R's run
+        """A checkpoint of another run (step 17 of 18) on R's data file, with R's settings: it differs from R's run
         only by its identity and length (which --resume may change), so only the run id tells it apart."""
-        settings = replace(self.expected.settings or self.random_settings(), max_steps=30)
+        settings = replace(self.expected.settings or self.random_settings(), max_steps=18)
         output = self.session.root / "other-runs" / f"{self.seed}-{self.operations}"
-        argv = ["train", *common_flags(self.session.model, self.data, 25, 1), *settings.flags(), "--output-dir",
+        argv = ["train", *common_flags(self.session.model, self.data, 17, 1), *settings.flags(), "--output-dir",
                 str(output)]  # fmt: skip
         code, stderr = self.session.server.run(argv, self.home)
         self.session.starts += 1
@@ -727,7 +729,7 @@ class Sequence:
         e = self.expected
         lock_link = self.session.lock_name in e.links
         operation = "overwrite" if e.settings is not None or self.entries() else "train"
-        settings = replace(self.random_settings(), max_steps=24)
+        settings = replace(self.random_settings(), max_steps=16)
         first_refusal = self.expected_refusal(operation)
         self.log[index] += f" (first: {operation} {settings})"
         data_now = self.data_content()
@@ -842,13 +844,15 @@ def session(tmp_path_factory, data_dir):
     return Session(tmp_path_factory.mktemp("faults"), data_dir)
 
 
-def explore(session: Session, walks, tmp_path_factory) -> tuple[list[str], int]:
-    """Run each walk (a seed, or a seed and its operations); returns each failing walk's report and the number of
-    operations run."""
-    failures, operations = [], 0
+TOTALS = {"sequences": 0, "operations": 0}
+
+
+def explore(session: Session, walks, tmp_path_factory) -> list[str]:
+    """Run each walk (a seed, or a seed and its operations); returns each failing walk's report."""
+    failures = []
     for walk in walks:
         seed, planned = walk if isinstance(walk, tuple) else (walk, OPERATIONS_PER_SEQUENCE)
-        sequence = Sequence(session, seed, tmp_path_factory.mktemp(f"seed-{seed}"))
+        sequence = Sequence(session, seed, tmp_path_factory.mktemp(f"seed-{seed}"), isinstance(planned, int))
         outcome = "kept every invariant"
         try:
             sequence.walk(planned)
@@ -856,9 +860,10 @@ def explore(session: Session, walks, tmp_path_factory) -> tuple[list[str], int]:
             outcome = f"violated: {violation}"
             replay = f"SIMCSE_WEINCE_FAULT_SEQUENCE='{seed}:{','.join(sequence.names)}'"
             failures.append(f"seed {seed} (home {sequence.home}; replay: {replay}):\n{_steps(sequence)}\n  {outcome}")
-        operations += sequence.operations
+        TOTALS["sequences"] += 1
+        TOTALS["operations"] += sequence.operations
         print(f"seed {seed}: {sequence.operations} operations\n{_steps(sequence)}\n  {outcome}", flush=True)
-    return failures, operations
+    return failures
 
 
 def _steps(sequence: Sequence) -> str:
@@ -874,25 +879,29 @@ def _walks(default) -> list:
     return [int(seed) for seed in given.split(",")] if given else list(default)
 
 
-def _report(seeds, failures, operations, session: Session, started: float) -> str:
-    return (f"{len(seeds)} sequences, {operations} operations, {session.starts} CLI starts, "
-            f"{len(session.references)} reference runs, {time.monotonic() - started:.0f} s")  # fmt: skip
-
-
-def test_default_walks_keep_every_run_folder_invariant(session, tmp_path_factory):
+def check_walks(session: Session, walks, tmp_path_factory) -> None:
     started = time.monotonic()
-    seeds = _walks([*SCENARIOS, *DEFAULT_SEEDS])
-    failures, operations = explore(session, seeds, tmp_path_factory)
-    summary = _report(seeds, failures, operations, session, started)
+    failures = explore(session, walks, tmp_path_factory)
+    summary = (
+        f"{len(walks)} sequences here ({TOTALS['sequences']} sequences, {TOTALS['operations']} operations in this "
+        f"module so far; {session.starts} CLI starts, {len(session.references)} reference runs), "
+        f"{time.monotonic() - started:.0f} s"
+    )
     print(summary)
     assert not failures, f"{len(failures)} of {summary} failed:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_default_walk(session, tmp_path_factory, name):
+    """The issue's flows as fixed walks (SIMCSE_WEINCE_FAULT_SEQUENCE / _SEEDS replace them)."""
+    check_walks(session, _walks([SCENARIOS[name]]), tmp_path_factory)
+
+
+def test_default_random_walks(session, tmp_path_factory):
+    check_walks(session, _walks(DEFAULT_SEEDS), tmp_path_factory)
 
 
 @pytest.mark.slow
-def test_many_walks_keep_every_run_folder_invariant(session, tmp_path_factory):
-    started = time.monotonic()
-    seeds = _walks(range(1000, 1000 + SLOW_SEQUENCES))
-    failures, operations = explore(session, seeds, tmp_path_factory)
-    summary = _report(seeds, failures, operations, session, started)
-    print(summary)
-    assert not failures, f"{len(failures)} of {summary} failed:\n" + "\n".join(failures)
+def test_many_random_walks(session, tmp_path_factory):
+    """At least SIMCSE_WEINCE_FAULT_SEQUENCES (200) random walks."""
+    check_walks(session, _walks(range(1000, 1000 + SLOW_SEQUENCES)), tmp_path_factory)

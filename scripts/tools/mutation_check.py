@@ -51,7 +51,7 @@ VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
 RUN_FOLDER, CHECKPOINT_FILES = "simcse_weince/training/run_folder.py", "simcse_weince/training/checkpoints.py"
-WALK = ("tests/test_run_folder_faults.py", "-k", "default")
+WALKS = "tests/test_run_folder_faults.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
@@ -931,7 +931,7 @@ MUTATIONS = (
           "        if False:\n            raise LinkInRunFolder("),
          ("flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
           "flags = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC")),
-        WALK, "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
+        (WALKS, "-k", "linked_lock"), "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
     ),
     Mutation(
         "run identity: a restart from step 0 draws a new run id, the manifest keeps the old one", RUN_FOLDER,
@@ -939,29 +939,29 @@ MUTATIONS = (
           "                self.run_id = None\n            except"),
          ('                manifest["run_id"] = run_id\n',
           '                manifest["run_id"] = manifest.get("run_id") or run_id\n')),
-        WALK, "killed before the first checkpoint, resumed, killed after one: --resume refused for good",
+        (WALKS, "-k", "restart_from_step_0"), "killed before a checkpoint, resumed, killed after one: refused",
     ),
     Mutation(
         "--overwrite: a start killed before its first checkpoint drops the run it replaced", RUN_FOLDER,
         (('    if any(checkpoint_run_id(path) == record["run_id"] for path in list_checkpoints(output_dir)):',
           "    if True:"),),
-        WALK, "--overwrite must complete or change nothing: a kill before its checkpoint lost the earlier run",
+        (WALKS, "-k", "killed_overwrite"), "a kill before its checkpoint lost the earlier run",
     ),
     Mutation(
         "--resume: the settings compared with themselves, not with the checkpoint's record", CHECKPOINT_FILES,
         (("    saved, now = _flat(record), _flat(settings_of_record(config))",
           "    saved, now = _flat(settings_of_record(config)), _flat(settings_of_record(config))"),),
-        WALK, "an edited training_config.yaml (seed, batch, learning rate) was resumed without a word",
+        (WALKS, "-k", "edited_settings"), "an edited seed resumed without a word",
     ),
     Mutation(
         "--resume: without run_files.json a checkpoint's run id is not compared", RUN_FOLDER,
         (("        return found.group(1) if found else None", "        return None"),),
-        WALK, "another run's checkpoint copied in, run_files.json deleted: its weights continued under R",
+        (WALKS, "-k", "another_runs_checkpoint"), "its weights continued under R",
     ),
     Mutation(
         "run folder: a link where the run writes is not refused at the start", RUN_FOLDER,
         (("                check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
-        WALK, "a link at README.md: the start trained, then failed at the export (or wrote through it)",
+        (WALKS, "-k", "edited_settings"), "a link at README.md: trained, then failed",
     ),
 )
 # fmt: on
