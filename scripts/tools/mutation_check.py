@@ -982,7 +982,7 @@ MUTATIONS = (
     Mutation(
         "folder_io: a write follows a link inside the run folder", FOLDER_IO,
         (("        if (entry_too or index < len(parts) - 1) and os.path.islink(current):\n", "        if 0:\n"),),  # noqa: E501
-        (CASES, "-k", "link_where_the_run_writes"), "a link at README.md or logs/: the card and the log written outside",
+        (CASES, "-k", "link_where_the_run_writes"), "a link at README.md or logs/: card and log written outside",
     ),
     Mutation(
         "--overwrite: the model it trains from is moved aside", RUN_FOLDER,
