@@ -232,7 +232,7 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: a failed --overwrite start does not put the earlier run back", RUN_FOLDER,
-        (("            move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
+        (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
         ("tests/test_bad_inputs.py", CASES, "-k", "puts_the_earlier_run_back or stopped_overwrite"),
         "issue 12: --overwrite lost the earlier run; a kill during the move aside or the restore is settled",
     ),
@@ -424,7 +424,7 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: a start that fails before its first checkpoint leaves a half-made run", RUN_FOLDER,
-        (("                        remove(self.output_dir, self.output_dir / name)\n", "                        pass\n"),),  # noqa: E501
+        (("                        folder_io.remove(self.output_dir, self.output_dir / name)\n", "                        pass\n"),),  # noqa: E501
         ("tests/test_bad_inputs.py", "-k", "as_found"), "issue 39.2: the same command must be able to run again",
     ),
     Mutation(
@@ -740,12 +740,12 @@ MUTATIONS = (
         (RUN_FOLDERS, "-k", "refuses_a_file_it_did_not_write"), "issue 54.1: anything else in the way is named",
     ),
     Mutation(
-        "resume: a checkpoint of another output folder is continued", RUN_FOLDER,
+        "resume: a checkpoint of another output folder is continued", CHECKPOINT_FILES,
         (("    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "another_output_folder"), "issue 54.2: --resume B/checkpoints/step-N continued B in A",
     ),
     Mutation(
-        "resume: a checkpoint of another run is continued", RUN_FOLDER,
+        "resume: a checkpoint of another run is continued", CHECKPOINT_FILES,
         (("    if checkpoint_run and folder_run and checkpoint_run != folder_run:\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "saved_by_another_run"), "issue 54.2: the run id recorded at step 0 is not compared",
     ),
@@ -927,8 +927,8 @@ MUTATIONS = (
     # ---- the run folder, explored by random walks (tests/test_run_folder_faults.py: its scripted walks and seeds)
     Mutation(
         "lock: opened through a link planted at its path", RUN_FOLDER,
-        (("        if os.path.islink(self.path):\n            raise LinkInRunFolder(",
-          "        if False:\n            raise LinkInRunFolder("),
+        (("            if os.path.islink(self.path):\n                raise folder_io.LinkInRunFolder(",
+          "            if False:\n                raise folder_io.LinkInRunFolder("),
          ("flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
           "flags = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC")),
         WALK, "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
@@ -943,7 +943,7 @@ MUTATIONS = (
     ),
     Mutation(
         "--overwrite: a start killed before its first checkpoint drops the run it replaced", RUN_FOLDER,
-        (('    if any(checkpoint_run_id(path) == record["run_id"] for path in list_checkpoints(output_dir)):',
+        (('    if record["run_id"] in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir)):',
           "    if True:"),),
         WALK, "--overwrite must complete or change nothing: a kill before its checkpoint lost the earlier run",
     ),
@@ -960,7 +960,7 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: a link where the run writes is not refused at the start", RUN_FOLDER,
-        (("                check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
+        (("                folder_io.check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
         WALK, "a link at README.md: the start trained, then failed at the export (or wrote through it)",
     ),
     # ---- the run folder's classes, one case each (tests/test_run_folder_cases.py)
