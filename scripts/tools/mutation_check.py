@@ -955,7 +955,7 @@ MUTATIONS = (
     ),
     Mutation(
         "--resume: without run_files.json a checkpoint's run id is not compared", RUN_FOLDER,
-        (("        return found.group(1) if found else None", "        return None"),),
+        (('return manifest.get("run_id") or _RUN_ID_LINE', 'return manifest.get("run_id") or None and _RUN_ID_LINE'),),
         WALK, "another run's checkpoint copied in, run_files.json deleted: its weights continued under R",
     ),
     Mutation(
@@ -966,7 +966,7 @@ MUTATIONS = (
     # ---- the run folder's classes, one case each (tests/test_run_folder_cases.py)
     Mutation(
         "lock: kept by a forked child (a loader worker) after its parent is killed", RUN_FOLDER,
-        (("    os.register_at_fork(after_in_child=_close_locks_in_child)\n", "    pass\n"),),
+        (("os.register_at_fork(after_in_child=_close_locks_in_child)\n", "\n"),),
         (CASES, "-k", "forked_child"), "--num-workers 2, main process killed: the resume was refused as in use",
     ),
     Mutation(
@@ -1001,7 +1001,7 @@ MUTATIONS = (
     ),
     Mutation(
         "run identity: the training_config.yaml header is not read without run_files.json", RUN_FOLDER,
-        (("        found = _RUN_ID_LINE.search(", "        found = None and _RUN_ID_LINE.search("),),
+        (("_RUN_ID_LINE.match((output_dir", "None.match((output_dir"),),
         (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
     ),
     Mutation(

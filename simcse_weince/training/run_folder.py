@@ -47,7 +47,7 @@ EXPORT_PATTERNS = (
     "tokenizer*", "vocab.txt", "merges.txt", "sentencepiece*.model", "spiece.model", "special_tokens_map.json",
     "added_tokens.json", "[0-9]_*", ".export.tmp", ".export-staging",
 )  # fmt: skip
-_RUN_ID_LINE = re.compile(r"^# run_id: ([0-9a-f]+)", re.MULTILINE)
+_RUN_ID_LINE = re.compile(r"# run_id: ([0-9a-f]+)")
 
 
 def _entries(output_dir: Path) -> list[str]:
@@ -74,10 +74,6 @@ def read_run_manifest(output_dir: Path, *, overwrite: bool = False) -> dict | No
     return manifest
 
 
-def _write_run_manifest(output_dir: Path, manifest: dict) -> None:
-    folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
-
-
 def record_run_files(output_dir: Path, names, *, kind: str = "run") -> None:
     """Record top-level entries in the manifest before they are written: ``kind`` "run" or "export" (pushed)."""
     output_dir = folder_io.run_folder_path(output_dir)
@@ -85,7 +81,7 @@ def record_run_files(output_dir: Path, names, *, kind: str = "run") -> None:
     added = {name: kind for name in names if manifest["files"].get(name) != kind}
     if added:
         manifest["files"].update(added)
-        _write_run_manifest(output_dir, manifest)
+        folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
 
 
 def run_files(output_dir: Path, *, overwrite: bool = False) -> dict[str, str]:
@@ -106,11 +102,8 @@ def _owned_name(name: str) -> bool:
 def folder_run_id(output_dir: Path) -> str | None:
     """The run id the folder records: its manifest's, else the one heading ``training_config.yaml``."""
     manifest = read_run_manifest(output_dir) or {}
-    if manifest.get("run_id"):
-        return manifest["run_id"]
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        found = _RUN_ID_LINE.search((output_dir / CONFIG_FILE).read_text(encoding="utf-8")[:200])
-        return found.group(1) if found else None
+    with contextlib.suppress(OSError, UnicodeDecodeError, AttributeError):  # AttributeError: no id in the file
+        return manifest.get("run_id") or _RUN_ID_LINE.match((output_dir / CONFIG_FILE).read_text("utf-8")).group(1)
     return None
 
 
@@ -125,17 +118,14 @@ def save_run_config(output_dir: Path, config, run_id: str) -> None:
 _LOCKS_HELD: set[int] = set()  # descriptors of the locks this process holds
 
 
-def _close_locks_in_child() -> None:
-    # a forked child (a DataLoader worker) must not keep the lock alive after its parent dies: the flock is held
-    # while any descriptor of its open file is open, and closing the child's copy leaves the parent's lock held
+def _close_locks_in_child() -> None:  # a loader worker must not hold the lock once its parent is killed
     for descriptor in list(_LOCKS_HELD):
         with contextlib.suppress(OSError):
             os.close(descriptor)
     _LOCKS_HELD.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_locks_in_child)
+os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 class OutputLock:
@@ -239,7 +229,6 @@ class OutputLock:
 
 
 def _holder(content: bytes | None) -> tuple[dict | None, str | None]:
-    """A lock file's record and its description (pid, host, start, command), or None where it names none."""
     try:
         found = json.loads(content or b"null")
         return found, f"pid {found['pid']} on {found['host']}, started {found['started']}: {found['command']}"
@@ -297,6 +286,17 @@ def settle_previous_run(output_dir: Path) -> None:
                    "first checkpoint", output_dir)  # fmt: skip
 
 
+def config_of_record(output_dir) -> Path:
+    """The ``training_config.yaml`` --resume continues: the one a stopped --overwrite start left aside, if any."""
+    output_dir = folder_io.run_folder_path(output_dir)
+    aside, path = output_dir / PREVIOUS_RUN, output_dir / CONFIG_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        run_id = json.loads((aside / MOVED).read_text(encoding="utf-8"))["run_id"]
+        kept = run_id not in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir))
+        return aside / CONFIG_FILE if kept and (aside / CONFIG_FILE).is_file() else path
+    return path
+
+
 def drop_previous_run(output_dir: Path) -> None:
     """The new run has a checkpoint or its export: the run it replaced goes (renamed first: a kill mid-removal
     leaves DROPPED_RUN, which the next start removes, never a half run to put back)."""
@@ -346,13 +346,13 @@ def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool,
                 f"--overwrite: {given}, an input of the new run, lies in {where}, which --overwrite replaces; "
                 f"train into another folder (--output-dir {output_dir}-2) or move the input out of {output_dir}"
             )
-        in_the_way = [name for name in _entries(output_dir) if name not in owned and _owned_name(name)]
+        in_the_way = [
+            str(output_dir / name) for name in _entries(output_dir) if name not in owned and _owned_name(name)
+        ]
         if in_the_way:
             raise FileExistsError(
-                f"--overwrite: {', '.join(str(output_dir / name) for name in in_the_way)} "
-                f"{'was' if len(in_the_way) == 1 else 'were'} not written by the run in {output_dir} and the new run "
-                f"would write there; move {'it' if len(in_the_way) == 1 else 'them'} elsewhere or choose another "
-                f"--output-dir"
+                f"--overwrite: the run in {output_dir} did not write {', '.join(in_the_way)}, where the new run "
+                f"writes; move {'it' if len(in_the_way) == 1 else 'them'} elsewhere or choose another --output-dir"
             )
     return None
 
@@ -383,9 +383,9 @@ class RunFolder:
         if not accelerator.is_main_process:
             self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, False, self.inputs)
             self.run_id = folder_run_id(self.output_dir) if resume else None
-        self._claimed = False  # an earlier run was moved aside (--overwrite)
-        self._has_claimed = False  # the manifest and config were written
-        self._started = False  # a checkpoint or the export has been written
+        # an earlier run was moved aside (--overwrite); the manifest and config were written; a checkpoint or the
+        # export was written
+        self._claimed = self._has_claimed = self._started = False
 
     @property
     def checkpoints(self) -> Path:
@@ -399,16 +399,16 @@ class RunFolder:
                 manifest = read_run_manifest(output_dir) or {"format": 1, "files": run_files(output_dir)}
                 manifest["run_id"] = run_id
                 manifest["files"].update({name: "run" for name in RUN_ENTRIES if name not in manifest["files"]})
-            else:
+            elif _entries(output_dir):
+                owned = run_files(output_dir, overwrite=True)
+                _move_aside(output_dir, [name for name in _entries(output_dir) if name in owned], run_id)
+                self._claimed = True
                 if _entries(output_dir):
-                    owned = run_files(output_dir, overwrite=True)
-                    _move_aside(output_dir, [name for name in _entries(output_dir) if name in owned], run_id)
-                    self._claimed = True
-                    if _entries(output_dir):
-                        logger.warning("--overwrite replaced the earlier run in %s and left what it did not write: "
-                                       "%s", output_dir, ", ".join(_entries(output_dir)))  # fmt: skip
+                    logger.warning("--overwrite replaced the earlier run in %s and left what it did not write: %s",
+                                   output_dir, ", ".join(_entries(output_dir)))  # fmt: skip
+            if not self.resume:
                 manifest = {"format": 1, "run_id": run_id, "files": dict.fromkeys(RUN_ENTRIES, "run")}
-            _write_run_manifest(output_dir, manifest)
+            folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
             self._has_claimed = True
             save_run_config(output_dir, config, run_id)
         self.accelerator.wait_for_everyone()
@@ -421,8 +421,7 @@ class RunFolder:
         return saved
 
     def finish(self, drop: Path | None = None) -> None:
-        """The run has exported its result: the run it replaced can go, and so can the checkpoint ``drop`` (the
-        text trainer's last step, kept only until the export is written)."""
+        """The run has exported its result: the run it replaced goes, and so does the checkpoint ``drop``."""
         self._started = True
         if self.accelerator.is_main_process:
             drop_previous_run(self.output_dir)
