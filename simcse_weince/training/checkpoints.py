@@ -23,7 +23,7 @@ import torch
 from simcse_weince.records import loads_json
 from simcse_weince.safe_load import RefusedPickle, is_refused, load_tensors, refusal, refused_global
 from simcse_weince.settings import RESUMABLE_SECTIONS, RESUMABLE_SETTINGS
-from simcse_weince.training.folder_io import write_text
+from simcse_weince.training.folder_io import remove, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +382,7 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
     staging = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:  # a save killed midway leaves its .tmp: it may be what fills the disk
         for stale in (output_dir / CHECKPOINTS).glob("step-*.tmp"):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove(output_dir, stale)  # a link planted at that name is removed, never written through
     accelerator.wait_for_everyone()
     earlier = next(iter(list_checkpoints(output_dir)), None)
     after = (
@@ -397,7 +397,7 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
         if accelerator.is_main_process:
             write_text(output_dir, staging / TRAINER_STATE, json.dumps(state))
             write_manifest(staging)
-            shutil.rmtree(final, ignore_errors=True)
+            remove(output_dir, final)
             os.replace(staging, final)
     if accelerator.is_main_process:
         older = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))[:-limit] if limit else []

@@ -39,7 +39,8 @@ RUN_ENTRIES = (CONFIG_FILE, CHECKPOINTS, "logs", "results.json")
 #: what a run may have written before its first checkpoint (removed when the run it replaced is put back)
 START_ENTRIES = (RUN_MANIFEST, *RUN_ENTRIES, ".export.tmp")
 #: the paths a run writes at fixed names: none may be a link
-WRITTEN = (*START_ENTRIES, "logs/metrics.csv", "README.md", PREVIOUS_RUN, DROPPED_RUN)
+WRITTEN = (*START_ENTRIES, "logs/metrics.csv", "logs/simcse-weince", "logs/simcse-weince-vision", "checkpoints/best",
+           "README.md", PREVIOUS_RUN, DROPPED_RUN)  # fmt: skip
 #: the names a text run's export writes (a SentenceTransformer folder and its card): a folder without a manifest
 #: (an earlier release's run) is taken to own these and RUN_ENTRIES; a user's file of such a name is in the way
 EXPORT_PATTERNS = (
