@@ -138,8 +138,10 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
 
 def write_model_card(output_dir: str | Path, results: dict, repo_id: str | None = None) -> Path:
     """Write ``README.md`` into the model folder (sentence-transformers' own card is not written)."""
+    from simcse_weince.training.folder_io import write_text
+
     path = Path(output_dir) / "README.md"
-    path.write_text(render_model_card(results, repo_id=repo_id), encoding="utf-8")
+    write_text(path.parent, path, render_model_card(results, repo_id=repo_id))  # never through a link
     return path
 
 

@@ -293,13 +293,14 @@ def add_run_flags(parser: argparse.ArgumentParser):
     return run
 
 
-def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | None = None):
+def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | None = None, saved_file=None):
     """The config a training command runs: ``base`` < ``--config FILE`` < flags. With ``--resume``, the run's saved
-    ``training_config.yaml`` replaces ``base`` (a warning names the settings the flags change)."""
+    ``training_config.yaml`` replaces ``base`` (a warning names the settings the flags change); ``saved_file``: the
+    output folder -> that file (the run folder's :func:`~simcse_weince.training.run_folder.config_of_record`)."""
     overrides = read_config_file(args.config) if args.config else {}
     overrides.update(overrides_from_args(args))
     config = apply_overrides(base, overrides, aliases)
-    saved = Path(config.output_dir).expanduser() / CONFIG_FILE
+    saved = (saved_file or (lambda folder: Path(folder).expanduser() / CONFIG_FILE))(config.output_dir)
     if args.resume and saved.is_file():
         # the folder the saved config was read from is the run's, however it is spelt now (".", "R/", "../R")
         saved_config = apply_overrides(load_config(type(base), saved, aliases), {"output_dir": config.output_dir})

@@ -287,3 +287,17 @@ def test_a_stopped_overwrite_start_is_put_back_whenever_it_was_killed(run, monke
             monkeypatch.setattr("simcse_weince.training.run_folder.move", real_move)
             settle_previous_run(run)
             assert tree_digest(run) == before, (kill_at, restore_kill_at)
+
+
+def test_resume_after_a_stopped_overwrite_continues_the_run_it_replaced(finished, run):
+    """An --overwrite start with another seed, killed before its first checkpoint (its manifest and config written),
+    then ``--resume`` with no other flag: the earlier run is put back and continued with its own settings."""
+    names = sorted(name for name in run_files(run) if (run / name).exists())
+    _move_aside(run, names, "0123abcd")
+    (run / RUN_MANIFEST).write_text(json.dumps({"format": 1, "run_id": "0123abcd", "files": {}}))
+    config = yaml.safe_load((run / PREVIOUS_RUN / "training_config.yaml").read_text())
+    (run / "training_config.yaml").write_text("# run_id: 0123abcd\n" + yaml.safe_dump({**config, "seed": 1}))
+    assert main(["train", "--output-dir", str(run), "--resume", "--max-steps", "6"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["resumed_from_step"] == 4 and results["config"]["seed"] == config["seed"]
+    assert not (run / PREVIOUS_RUN).exists()

@@ -118,7 +118,8 @@ def test_overwrite_refuses_a_file_it_did_not_write_where_the_new_run_writes(fini
                  "--overwrite"])  # fmt: skip
     assert code == 1
     line = _error_line(capsys)
-    assert f"{run / 'README.md'} was not written by the run in {run}" in line and "move it elsewhere" in line
+    assert f"the run in {run} did not write {run / 'README.md'}, where the new run writes" in line
+    assert "move it elsewhere" in line
     assert tree_digest(run) == before
 
 

@@ -45,13 +45,14 @@ CORE, TRAIN, LOOP = "simcse_weince/weince/loss.py", "simcse_weince/text/trainer.
 ENCODERS = "simcse_weince/evaluation/encoders.py"
 TAIL, SPEEDUPS = "simcse_weince/weince/tail.py", "simcse_weince/weince/speedups.py"
 COLUMNS = "simcse_weince/losses/_columns.py"
-RESULTS, RUNS = "simcse_weince/text/results.py", "simcse_weince/training/runs.py"
+RESULTS = "simcse_weince/text/results.py"
 OBJECTIVE = "simcse_weince/losses/from_embeddings.py"  # the trainers' ContrastiveObjective
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
 RUN_FOLDER, CHECKPOINT_FILES = "simcse_weince/training/run_folder.py", "simcse_weince/training/checkpoints.py"
 WALKS = "tests/test_run_folder_faults.py"
+CASES, FOLDER_IO = "tests/test_run_folder_cases.py", "simcse_weince/training/folder_io.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
@@ -225,15 +226,15 @@ MUTATIONS = (
         ("tests/test_train_gradcache.py", "-k", "replayed"), "the second pass must see the first pass's masks",
     ),
     Mutation(
-        "run folder: resume trusts a checkpoint whose sha256 differs", RUNS,
+        "run folder: resume trusts a checkpoint whose sha256 differs", CHECKPOINT_FILES,
         (('elif _sha256(path) != entry["sha256"]:', "elif False:"),),
         ("tests/test_bad_inputs.py", "-k", "falls_back and flipped"), "a same-size corruption is only seen by the hash",
     ),
     Mutation(
-        "run folder: a failed --overwrite start does not put the earlier run back", RUNS,
-        (("        os.replace(entry, output_dir / entry.name)\n    previous.rmdir()\n",
-          "        pass\n    shutil.rmtree(previous)\n"),),
-        ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
+        "run folder: a failed --overwrite start does not put the earlier run back", RUN_FOLDER,
+        (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
+        ("tests/test_bad_inputs.py", CASES, "-k", "puts_the_earlier_run_back or stopped_overwrite"),
+        "issue 12: --overwrite lost the earlier run; a kill during the move aside or the restore is settled",
     ),
     # ---- throughput: precision and padding
     Mutation(
@@ -422,8 +423,8 @@ MUTATIONS = (
         ("tests/test_bad_inputs.py", "-k", "underflow or overflow"), "issue 39.2: refused before any file is written",
     ),
     Mutation(
-        "run folder: a start that fails before its first checkpoint leaves a half-made run", RUNS,
-        (("                self._undo_fresh_start()\n", "                pass\n"),),
+        "run folder: a start that fails before its first checkpoint leaves a half-made run", RUN_FOLDER,
+        (("                        folder_io.remove(self.output_dir, self.output_dir / name)\n", "                        pass\n"),),  # noqa: E501
         ("tests/test_bad_inputs.py", "-k", "as_found"), "issue 39.2: the same command must be able to run again",
     ),
     Mutation(
@@ -461,22 +462,22 @@ MUTATIONS = (
     ),
     # ---- issue 24: checkpoints
     Mutation(
-        "checkpoints: the files of a checkpoint without a manifest are unpickled", RUNS,
+        "checkpoints: the files of a checkpoint without a manifest are unpickled", CHECKPOINT_FILES,
         (("load_tensors(path)  # never unpickled", 'torch.load(path, map_location="cpu", weights_only=False)  #'),),
         (TRUST, "-k", "without_manifest"), "issue 24.1: a crafted extra.pt ran code on --resume",
     ),
     Mutation(
-        "checkpoints: Accelerate loads the files before they are read as tensors only", RUNS,
+        "checkpoints: Accelerate loads the files before they are read as tensors only", CHECKPOINT_FILES,
         (("        if path.suffix in PICKLE_SUFFIXES:\n            try:", "        if False:\n            try:"),),
         (TRUST, "-k", "extra_terms"), "issue 24.1: Accelerate unpickles custom_checkpoint_*.pkl fully",
     ),
     Mutation(
-        "checkpoints: a failed write is not named (the bare OSError)", RUNS,
+        "checkpoints: a failed write is not named (the bare OSError)", CHECKPOINT_FILES,
         (("    if isinstance(error, OSError):\n        return error.strerror", "    if False:\n        return error.strerror"),),  # noqa: E501
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: one line naming the folder and the cause",
     ),
     Mutation(
-        "checkpoints: a failed write leaves its partial .tmp", RUNS,
+        "checkpoints: a failed write leaves its partial .tmp", CHECKPOINT_FILES,
         (("        shutil.rmtree(partial, ignore_errors=True)\n", "        pass\n"),),
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: the .tmp kept the disk full for the resume",
     ),
@@ -486,7 +487,7 @@ MUTATIONS = (
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
-        "checkpoints: the RNG state behind a manifest is not checked", RUNS,
+        "checkpoints: the RNG state behind a manifest is not checked", CHECKPOINT_FILES,
         (("hides nothing from this: the RNG state must restore\n    return problems or _rng_state_problems(checkpoint)",
           "hides nothing from this: the RNG state must restore\n    return problems"),),
         (TRUST, "-k", "rng"), "issue 24.6: Accelerate logs a failed RNG restore at INFO and resumes",
@@ -729,29 +730,28 @@ MUTATIONS = (
     ),
     # ---- issue 54: run folders (i54runs)
     Mutation(
-        "run folder: --overwrite moves aside every entry, the user's and the new run's inputs too", RUNS,
-        (("            if name in owned and name not in held:\n", "            if True:\n"),),
+        "run folder: --overwrite moves aside every entry, the user's and the new run's inputs too", RUN_FOLDER,
+        (("[name for name in _entries(output_dir) if name in owned], run_id)", "_entries(output_dir), run_id)"),),
         (RUN_FOLDERS, "-k", "overwrite_keeps"), "issue 54.1: --overwrite deleted mydata.txt and NOTES.md",
     ),
     Mutation(
-        "run folder: --overwrite writes over a user's file where the new run writes", RUNS,
+        "run folder: --overwrite writes over a user's file where the new run writes", RUN_FOLDER,
         (("        if in_the_way:\n", "        if False:\n"),),
         (RUN_FOLDERS, "-k", "refuses_a_file_it_did_not_write"), "issue 54.1: anything else in the way is named",
     ),
     Mutation(
-        "resume: a checkpoint of another output folder is continued", RUNS,
+        "resume: a checkpoint of another output folder is continued", CHECKPOINT_FILES,
         (("    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "another_output_folder"), "issue 54.2: --resume B/checkpoints/step-N continued B in A",
     ),
     Mutation(
-        "resume: a checkpoint of another run is continued", RUNS,
+        "resume: a checkpoint of another run is continued", CHECKPOINT_FILES,
         (("    if checkpoint_run and folder_run and checkpoint_run != folder_run:\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "saved_by_another_run"), "issue 54.2: the run id recorded at step 0 is not compared",
     ),
     Mutation(
-        "lock: a second writer on the same output folder is not refused", RUNS,
-        (("                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
-          "                    pass\n"),),
+        "lock: a second writer on the same output folder is not refused", RUN_FOLDER,
+        (("                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)\n", "                pass\n"),),
         (RUN_FOLDERS, "-k", "second_writer"), "issue 54.7: two processes on one --output-dir both started",
     ),
     Mutation(
@@ -927,8 +927,8 @@ MUTATIONS = (
     # ---- the run folder, explored by random walks (tests/test_run_folder_faults.py: its scripted walks and seeds)
     Mutation(
         "lock: opened through a link planted at its path", RUN_FOLDER,
-        (("        if os.path.islink(self.path):\n            raise LinkInRunFolder(",
-          "        if False:\n            raise LinkInRunFolder("),
+        (("            if os.path.islink(self.path):\n                raise folder_io.LinkInRunFolder(",
+          "            if False:\n                raise folder_io.LinkInRunFolder("),
          ("flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
           "flags = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC")),
         (WALKS, "-k", "linked_lock"), "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
@@ -943,7 +943,7 @@ MUTATIONS = (
     ),
     Mutation(
         "--overwrite: a start killed before its first checkpoint drops the run it replaced", RUN_FOLDER,
-        (('    if any(checkpoint_run_id(path) == record["run_id"] for path in list_checkpoints(output_dir)):',
+        (('    if record["run_id"] in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir)):',
           "    if True:"),),
         (WALKS, "-k", "killed_overwrite"), "a kill before its checkpoint lost the earlier run",
     ),
@@ -955,13 +955,59 @@ MUTATIONS = (
     ),
     Mutation(
         "--resume: without run_files.json a checkpoint's run id is not compared", RUN_FOLDER,
-        (("        return found.group(1) if found else None", "        return None"),),
+        (('return manifest.get("run_id") or _RUN_ID_LINE', 'return manifest.get("run_id") or None and _RUN_ID_LINE'),),
         (WALKS, "-k", "another_runs_checkpoint"), "its weights continued under R",
     ),
     Mutation(
         "run folder: a link where the run writes is not refused at the start", RUN_FOLDER,
-        (("                check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
+        (("                folder_io.check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
         (WALKS, "-k", "edited_settings"), "a link at README.md: trained, then failed",
+    ),
+    # ---- the run folder's classes, one case each (tests/test_run_folder_cases.py)
+    Mutation(
+        "lock: kept by a forked child (a loader worker) after its parent is killed", RUN_FOLDER,
+        (("os.register_at_fork(after_in_child=_close_locks_in_child)\n", "\n"),),
+        (CASES, "-k", "forked_child"), "--num-workers 2, main process killed: the resume was refused as in use",
+    ),
+    Mutation(
+        "lock: another host's lock file without a flock is taken over", RUN_FOLDER,
+        (('        if found and found.get("host") != socket.gethostname():\n', "        if False:\n"),),
+        (CASES, "-k", "another_host"), "a run on another host cannot be checked from here",
+    ),
+    Mutation(
+        "lock: a FIFO at the lock's path is used as the lock", RUN_FOLDER,
+        (("        if not stat.S_ISREG(mode):\n", "        if False:\n"),),
+        (CASES, "-k", "fifo"), "mkfifo R/.simcse-weince.lock: 'File or stream is not seekable.' without a path",
+    ),
+    Mutation(
+        "folder_io: a write follows a link inside the run folder", FOLDER_IO,
+        (("        if (entry_too or index < len(parts) - 1) and os.path.islink(current):\n", "        if 0:\n"),),  # noqa: E501
+        (CASES, "-k", "link_where_the_run_writes"), "a link at README.md or logs/: card and log written outside",
+    ),
+    Mutation(
+        "--overwrite: the model it trains from is moved aside", RUN_FOLDER,
+        (("        for given, where in _inputs_replaced(output_dir, inputs, owned):\n", "        for given, where in []:\n"),),  # noqa: E501
+        (CASES, "-k", "model_it_trains_from"), "--model R --output-dir R --overwrite: the base model deleted",
+    ),
+    Mutation(
+        "--overwrite: a move that fails leaves the run split between two folders", RUN_FOLDER,
+        (("            for done in reversed(moved):\n", "            for done in []:\n"),),
+        (CASES, "-k", "cannot_be_moved"), "chattr +i on one entry: nothing was put back",
+    ),
+    Mutation(
+        "--resume: the checkpoint's settings of record are not compared", LOOP,
+        (("        check_settings_of_record(state, run.config, folder.checkpoint)\n", ""),),
+        (CASES, "-k", "checkpoints_settings"), "an edited training_config.yaml trained steps with another batch size",
+    ),
+    Mutation(
+        "run identity: the training_config.yaml header is not read without run_files.json", RUN_FOLDER,
+        (("_RUN_ID_LINE.match((output_dir", "None.match((output_dir"),),
+        (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
+    ),
+    Mutation(
+        "run identity: a restart from step 0 draws a new run id", LOOP,
+        (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
+        (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",
     ),
 )
 # fmt: on

@@ -19,8 +19,8 @@ from simcse_weince.precision import precision_label
 from simcse_weince.provenance import versions
 from simcse_weince.text.columns import COLUMN_ROLES
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.training.loop import TrainingRun
 from simcse_weince.training.checkpoints import reporting_write_failures
+from simcse_weince.training.loop import TrainingRun
 from simcse_weince.training.run_folder import record_run_files
 from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda

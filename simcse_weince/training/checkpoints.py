@@ -1,19 +1,10 @@
-"""A run's checkpoints: saved atomically, verified by their manifest, loaded without unpickling, and each carrying
-its run's identity and settings of record.
+"""A run's checkpoints: saved atomically, verified by their manifest, loaded without unpickling, each carrying its
+run's identity and settings of record (layout and checks: docs/training.md).
 
-``checkpoints/step-0000062/`` holds Accelerate's state (model, optimizer, scheduler, RNG), ``trainer_state.json``
-and ``manifest.json`` (size and sha256 of every file). It is written to ``step-….tmp`` and renamed, so a kill
-mid-save leaves no half checkpoint (a leftover ``.tmp`` is removed by the next save and never read).
-
-``trainer_state.json`` has one schema for every trainer: ``step`` (optimizer updates done), ``history`` (one dict per
-step), ``train_seconds``, ``wall_seconds``, ``model_flops``, ``run_id`` (drawn once, at a fresh start: a checkpoint
-knows its run) and ``settings`` (the resolved config that trained it: ``--resume`` compares the command's settings
-with these), plus what a trainer adds (the text trainer's best dev step, the vision trainer's epoch).
-
-Trust: a run folder may come from someone else, so nothing in it is unpickled. Every pickle-format file
-(``.bin``/``.pkl``/``.pt``) is read with ``torch.load(weights_only=True)`` before Accelerate loads it
-(:mod:`simcse_weince.safe_load`). A save that fails (full disk, read-only, quota) ends in a :class:`WriteError`
-naming the folder and the cause, and leaves no partial ``.tmp`` behind.
+``checkpoints/step-0000062/`` (Accelerate's state, ``trainer_state.json``, ``manifest.json`` with the size and sha256
+of every file) is written to ``step-….tmp`` and renamed: a kill mid-save leaves no half checkpoint. Nothing in a run
+folder is unpickled: every ``.bin``/``.pkl``/``.pt`` is read with ``weights_only=True`` first. A failed save (full
+disk) ends in a :class:`WriteError` naming the folder and the cause, and leaves no ``.tmp``.
 """
 
 from __future__ import annotations
@@ -29,9 +20,10 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.records import loads_json
 from simcse_weince.safe_load import RefusedPickle, is_refused, load_tensors, refusal, refused_global
 from simcse_weince.settings import RESUMABLE_SECTIONS, RESUMABLE_SETTINGS
-from simcse_weince.training.folder_io import write_text
+from simcse_weince.training.folder_io import remove, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +35,7 @@ RNG_STATE_GLOB = "random_states_*.pkl"  # Accelerate's per-process RNG states
 
 
 class WriteError(RuntimeError):
-    """A checkpoint or the export could not be written (no space, read-only, quota); the message names the
-    folder and the cause, and the partial copy is already removed."""
+    """A checkpoint or the export could not be written; the message names the folder and the cause."""
 
 
 def _unreadable(path: Path, error: Exception) -> str:
@@ -105,7 +96,6 @@ def check_settings_of_record(state: dict, config, checkpoint: Path) -> None:
         )
 
 
-
 def list_checkpoints(output_dir: Path) -> list[Path]:
     """The step checkpoints of a run, newest first (finished ones only: a save in progress ends in .tmp)."""
     return sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"), reverse=True)
@@ -140,6 +130,57 @@ def newest_intact_checkpoint(output_dir: Path) -> Path | None:
             f"{output_dir / CHECKPOINTS}: start again with --overwrite (or restore the file)"
         )
     return None
+
+
+def checkpoint_run_id(checkpoint: Path) -> str | None:
+    try:
+        return loads_json((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"), checkpoint).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None  # damaged: verify_checkpoint names the file
+
+
+def checkpoint_to_resume(output_dir: Path, resume, folder_run: str | None, is_main: bool) -> Path | None:
+    """The verified checkpoint ``--resume`` continues (``resume``: True / "latest" or a path; None when the run has
+    none yet); one of another folder, or whose run id is not ``folder_run`` (the folder's), is refused."""
+    if resume is True or resume == "latest":
+        checkpoint = newest_intact_checkpoint(output_dir)
+        if checkpoint is None and is_main:
+            logger.warning("--resume: no checkpoint in %s yet; starting from step 0", output_dir / CHECKPOINTS)
+        if checkpoint is not None:
+            _check_belongs(checkpoint, output_dir, folder_run)
+        return checkpoint
+    checkpoint = Path(resume).expanduser()
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
+    _check_belongs(checkpoint, output_dir, folder_run)
+    problems = verify_checkpoint(checkpoint)
+    if problems:
+        intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
+        hint = (
+            f"the newest intact checkpoint is {intact}: resume from it with --resume {intact}"
+            if intact is not None
+            else f"no intact checkpoint is left in {output_dir / CHECKPOINTS}: start again with --overwrite"
+        )
+        raise ValueError(f"--resume: checkpoint {checkpoint} is damaged: {problems[0]}; {hint}")
+    return checkpoint
+
+
+def _check_belongs(checkpoint: Path, output_dir: Path, folder_run: str | None) -> None:
+    checkpoint_run = checkpoint_run_id(checkpoint)
+    home = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+    own = f"resume {output_dir} from its own checkpoints (--resume, or --resume {output_dir / CHECKPOINTS}/step-N)"
+    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():
+        raise ValueError(
+            f"--resume: checkpoint {checkpoint} belongs to the run in {home} (run {checkpoint_run or 'unrecorded'}), "
+            f"not to the run in {output_dir} (run {folder_run or 'unrecorded'}): {own}, or continue the other run "
+            f"with --output-dir {home} --resume"
+        )
+    if checkpoint_run and folder_run and checkpoint_run != folder_run:
+        raise ValueError(
+            f"--resume: checkpoint {checkpoint} was saved by run {checkpoint_run}, but {output_dir} holds run "
+            f"{folder_run} (recorded in run_files.json and training_config.yaml): it was copied in from another "
+            f"run; remove it (rm -r {checkpoint}) and {own}"
+        )
 
 
 def _sha256(path: Path) -> str:
@@ -335,16 +376,13 @@ def reporting_write_failures(target: Path, partial: Path, after: str):
 
 
 def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> Path:
-    """Model, optimizer, scheduler and RNG states (Accelerate) plus our trainer state (step, data position,
-    best score, history) and a manifest of their sizes and checksums, written to a temporary folder and renamed:
-    a kill mid-save leaves no half checkpoint, and a file damaged later is found on resume. A failed write
-    (full disk) removes the temporary folder and raises :class:`WriteError`; the earlier checkpoints stay.
-    ``limit``: keep that many checkpoints (0: delete none)."""
+    """Accelerate's state, the trainer state and the manifest, written to ``.tmp`` and renamed (a failed write
+    raises :class:`WriteError`; the earlier checkpoints stay). ``limit``: keep that many (0: delete none)."""
     final = output_dir / CHECKPOINTS / f"step-{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
     if accelerator.is_main_process:  # a save killed midway leaves its .tmp: it may be what fills the disk
         for stale in (output_dir / CHECKPOINTS).glob("step-*.tmp"):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove(output_dir, stale)  # a link planted at that name is removed, never written through
     accelerator.wait_for_everyone()
     earlier = next(iter(list_checkpoints(output_dir)), None)
     after = (
@@ -359,7 +397,7 @@ def save_checkpoint(accelerator, output_dir: Path, state: dict, limit: int) -> P
         if accelerator.is_main_process:
             write_text(output_dir, staging / TRAINER_STATE, json.dumps(state))
             write_manifest(staging)
-            shutil.rmtree(final, ignore_errors=True)
+            remove(output_dir, final)
             os.replace(staging, final)
     if accelerator.is_main_process:
         older = sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"))[:-limit] if limit else []
@@ -410,5 +448,3 @@ def _check_tensors_only(path: Path) -> None:
         if "mmap" not in str(error):
             raise
         load_tensors(path)
-
-

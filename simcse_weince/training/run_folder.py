@@ -1,21 +1,11 @@
-"""A run's output folder, shared by the text and vision trainers: its lock, its identity and manifest, --overwrite.
+"""A run's output folder, shared by the text and vision trainers: its lock, identity and manifest, --overwrite.
 
-Layout of ``<output_dir>``::
-
-    training_config.yaml            the resolved config, headed by the run's id; marks the folder as one of our runs
-    run_files.json                  the run's manifest: its id and every top-level entry it wrote (its own files,
-                                    ``run``, and the exported model, ``export``), recorded before each is written
-    .simcse-weince.lock             held (flock) by the one process writing the folder
-    .simcse-weince.previous-run/    while an --overwrite start has not reached its first checkpoint: the earlier run
-    checkpoints/, logs/             the checkpoints (:mod:`simcse_weince.training.checkpoints`), the per-step log
-
-The run id is drawn once, at a fresh start, and recorded in the manifest, in ``training_config.yaml`` and in every
-checkpoint: a restart from step 0 keeps it, and a checkpoint of another run is refused, manifest or not.
-
-Every start, under the lock, first settles what a killed ``--overwrite`` start left (:func:`settle_previous_run`),
-then refuses a link where the run writes (:mod:`simcse_weince.training.folder_io`), then checks the folder. A refusal
-writes nothing. ``--overwrite`` moves the entries the earlier run's manifest lists into a folder inside the output
-folder (one rename each, on one file system); a move that fails puts back those already moved.
+The layout and what is checked are in docs/training.md ("The run folder", "What is checked"). In short: one process
+writes a folder (:class:`OutputLock`); the run id is drawn once, at a fresh start, and recorded in ``run_files.json``,
+at the head of ``training_config.yaml`` and in every checkpoint; every start, under the lock, first settles what a
+stopped ``--overwrite`` start left (:func:`settle_previous_run`), then refuses a link where the run writes, then checks
+the folder, and a refusal writes nothing; ``--overwrite`` moves the earlier run's entries into a folder inside the
+output folder (a rename never crosses file systems) and a move that fails puts back those already moved.
 """
 
 from __future__ import annotations
@@ -32,27 +22,13 @@ import sys
 import time
 from pathlib import Path
 
+from simcse_weince.records import loads_json
 from simcse_weince.settings import CONFIG_FILE
-from simcse_weince.training.checkpoints import (
-    CHECKPOINTS,
-    TRAINER_STATE,
-    list_checkpoints,
-    newest_intact_checkpoint,
-    save_checkpoint,
-    verify_checkpoint,
-)
-from simcse_weince.training.folder_io import (
-    LinkInRunFolder,
-    check_entries,
-    make_dir,
-    move,
-    remove,
-    run_folder_path,
-    write_text,
-)
+from simcse_weince.training import checkpoints, folder_io
 
 logger = logging.getLogger(__name__)
 
+CHECKPOINTS = checkpoints.CHECKPOINTS
 RUN_MANIFEST = "run_files.json"  # the run's id and the top-level entries it wrote
 LOCK_FILE = ".simcse-weince.lock"  # one writer per output folder
 PREVIOUS_RUN = ".simcse-weince.previous-run"  # the run --overwrite replaces, until the new one has a checkpoint
@@ -63,7 +39,8 @@ RUN_ENTRIES = (CONFIG_FILE, CHECKPOINTS, "logs", "results.json")
 #: what a run may have written before its first checkpoint (removed when the run it replaced is put back)
 START_ENTRIES = (RUN_MANIFEST, *RUN_ENTRIES, ".export.tmp")
 #: the paths a run writes at fixed names: none may be a link
-WRITTEN = (*START_ENTRIES, "logs/metrics.csv", "README.md", PREVIOUS_RUN, DROPPED_RUN)
+WRITTEN = (*START_ENTRIES, "logs/metrics.csv", "logs/simcse-weince", "logs/simcse-weince-vision", "checkpoints/best",
+           "README.md", PREVIOUS_RUN, DROPPED_RUN)  # fmt: skip
 #: the names a text run's export writes (a SentenceTransformer folder and its card): a folder without a manifest
 #: (an earlier release's run) is taken to own these and RUN_ENTRIES; a user's file of such a name is in the way
 EXPORT_PATTERNS = (
@@ -71,17 +48,13 @@ EXPORT_PATTERNS = (
     "tokenizer*", "vocab.txt", "merges.txt", "sentencepiece*.model", "spiece.model", "special_tokens_map.json",
     "added_tokens.json", "[0-9]_*", ".export.tmp", ".export-staging",
 )  # fmt: skip
-_RUN_ID_LINE = re.compile(r"^# run_id: ([0-9a-f]+)", re.MULTILINE)
+_RUN_ID_LINE = re.compile(r"# run_id: ([0-9a-f]+)")
 
 
 def _entries(output_dir: Path) -> list[str]:
     """The names at the top of a folder, but for the lock and the folders of a replaced run."""
-    if not output_dir.is_dir():
-        return []
-    return sorted(name for name in os.listdir(output_dir) if name not in (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN))
-
-
-# ----------------------------------------------------------------------------------- manifest and identity
+    names = os.listdir(output_dir) if output_dir.is_dir() else []
+    return sorted(name for name in names if name not in (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN))
 
 
 def read_run_manifest(output_dir: Path, *, overwrite: bool = False) -> dict | None:
@@ -90,33 +63,26 @@ def read_run_manifest(output_dir: Path, *, overwrite: bool = False) -> dict | No
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = loads_json(path.read_text(encoding="utf-8"), path)
         if not isinstance(manifest.get("files"), dict):
             raise ValueError("no files")
     except (OSError, ValueError, AttributeError) as error:
-        then = (
-            f"delete it (rm {path}) to let --overwrite treat the folder as an earlier release's run (the entries "
-            f"every run writes are then replaced), or choose another --output-dir"
-            if overwrite
-            else "restore it, or start a new run (another --output-dir)"
-        )
+        then = "restore it, or start a new run (another --output-dir)"
+        if overwrite:
+            then = f"delete it (rm {path}) to let --overwrite treat the folder as an earlier release's run (the "
+            then += "entries every run writes are then replaced), or choose another --output-dir"
         raise ValueError(f"the run manifest {path} is unreadable ({error}); {then}") from None
     return manifest
 
 
-def _write_run_manifest(output_dir: Path, manifest: dict) -> None:
-    write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
-
-
 def record_run_files(output_dir: Path, names, *, kind: str = "run") -> None:
-    """Add top-level entries to the run's manifest before they are written (main process): ``kind`` "run" (the
-    run's own files) or "export" (the model ``push`` uploads). ``--overwrite`` moves only these aside."""
-    output_dir = run_folder_path(output_dir)
+    """Record top-level entries in the manifest before they are written: ``kind`` "run" or "export" (pushed)."""
+    output_dir = folder_io.run_folder_path(output_dir)
     manifest = read_run_manifest(output_dir) or {"format": 1, "run_id": None, "files": {}}
     added = {name: kind for name in names if manifest["files"].get(name) != kind}
     if added:
         manifest["files"].update(added)
-        _write_run_manifest(output_dir, manifest)
+        folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
 
 
 def run_files(output_dir: Path, *, overwrite: bool = False) -> dict[str, str]:
@@ -137,11 +103,8 @@ def _owned_name(name: str) -> bool:
 def folder_run_id(output_dir: Path) -> str | None:
     """The run id the folder records: its manifest's, else the one heading ``training_config.yaml``."""
     manifest = read_run_manifest(output_dir) or {}
-    if manifest.get("run_id"):
-        return manifest["run_id"]
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        found = _RUN_ID_LINE.search((output_dir / CONFIG_FILE).read_text(encoding="utf-8")[:200])
-        return found.group(1) if found else None
+    with contextlib.suppress(OSError, UnicodeDecodeError, AttributeError):  # AttributeError: no id in the file
+        return manifest.get("run_id") or _RUN_ID_LINE.match((output_dir / CONFIG_FILE).read_text("utf-8")).group(1)
     return None
 
 
@@ -150,63 +113,28 @@ def save_run_config(output_dir: Path, config, run_id: str) -> None:
     import yaml
 
     text = yaml.safe_dump(config.to_dict(), sort_keys=False)
-    write_text(output_dir, output_dir / CONFIG_FILE, f"# run_id: {run_id}\n{text}")
+    folder_io.write_text(output_dir, output_dir / CONFIG_FILE, f"# run_id: {run_id}\n{text}")
 
-
-def checkpoint_run_id(checkpoint: Path) -> str | None:
-    try:
-        return json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8")).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None  # damaged: verify_checkpoint names the file
-
-
-def check_checkpoint_belongs(checkpoint: Path, output_dir: Path) -> None:
-    """A checkpoint continues the run that saved it, in its own folder: refuse, naming both runs, a checkpoint of
-    another folder or whose recorded run id is not the folder's."""
-    checkpoint_run, folder_run = checkpoint_run_id(checkpoint), folder_run_id(output_dir)
-    home = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
-    own = f"resume {output_dir} from its own checkpoints (--resume, or --resume {output_dir / CHECKPOINTS}/step-N)"
-    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():
-        raise ValueError(
-            f"--resume: checkpoint {checkpoint} belongs to the run in {home} (run {checkpoint_run or 'unrecorded'}), "
-            f"not to the run in {output_dir} (run {folder_run or 'unrecorded'}): {own}, or continue the other run "
-            f"with --output-dir {home} --resume"
-        )
-    if checkpoint_run and folder_run and checkpoint_run != folder_run:
-        raise ValueError(
-            f"--resume: checkpoint {checkpoint} was saved by run {checkpoint_run}, but {output_dir} holds run "
-            f"{folder_run} (recorded in {RUN_MANIFEST} and {CONFIG_FILE}): it was copied in from another run; "
-            f"remove it (rm -r {checkpoint}) and {own}"
-        )
-
-
-# ------------------------------------------------------------------------------------------- one writer
 
 _LOCKS_HELD: set[int] = set()  # descriptors of the locks this process holds
 
 
-def _close_locks_in_child() -> None:
-    # a forked child (a DataLoader worker) must not keep the lock alive after its parent dies: the flock is held
-    # while any descriptor of its open file is open, and closing the child's copy leaves the parent's lock held
+def _close_locks_in_child() -> None:  # a loader worker must not hold the lock once its parent is killed
     for descriptor in list(_LOCKS_HELD):
         with contextlib.suppress(OSError):
             os.close(descriptor)
     _LOCKS_HELD.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_locks_in_child)
+os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 class OutputLock:
-    """One writer per output folder: ``.simcse-weince.lock`` inside it, held with ``flock`` by the process that
-    writes the folder, and naming it (pid, host, start time, command). The kernel releases a ``flock`` when its
-    process ends, so this host's lock file with no flock on it is taken over (with a warning); another host's is
-    refused (its process cannot be checked from here). The lock is opened without following a link and must be a
-    regular file; it is closed in forked children and on exec."""
+    """One writer per output folder: ``.simcse-weince.lock``, held with ``flock`` and naming its process. This host's
+    lock file with no flock on it is taken over (its process has ended); another host's is refused."""
 
     def __init__(self, output_dir: Path):
-        self.output_dir = run_folder_path(output_dir)
+        self.output_dir = folder_io.run_folder_path(output_dir)
         self.path = self.output_dir / LOCK_FILE
         self._descriptor: int | None = None
         self._previous: bytes | None = None  # the lock file's content when found (None: this lock created it)
@@ -227,56 +155,41 @@ class OutputLock:
             raise
         return self
 
-    def _open(self) -> int:
-        if os.path.islink(self.path):
-            raise LinkInRunFolder(
-                f"the lock {self.path} is a link (to {os.readlink(self.path)}); simcse-weince never writes through "
-                f"a link in a run folder: remove the link (rm {self.path}) and start again"
-            )
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            descriptor = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-            self._previous = None
-        except FileExistsError:
-            descriptor = os.open(self.path, flags)
-            self._previous = b""
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            os.close(descriptor)
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
-            raise FileExistsError(
-                f"the lock {self.path} is {kind}, not a regular file: remove it (rm {self.path}) and start again"
-            )
-        return descriptor
-
     def _lock(self) -> None:
         import fcntl
 
         while True:
-            descriptor = self._open()
+            if os.path.islink(self.path):
+                raise folder_io.LinkInRunFolder(
+                    f"the lock {self.path} is a link (to {os.readlink(self.path)}); simcse-weince never writes "
+                    f"through a link in a run folder: remove the link (rm {self.path}) and start again"
+                )
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                descriptor, self._previous = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o644), None
+            except FileExistsError:
+                descriptor, self._previous = os.open(self.path, flags), b""
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(descriptor)
+                kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+                raise FileExistsError(f"the lock {self.path} is {kind}, not a regular file: remove it (rm {self.path}) "
+                                      f"and start again")  # fmt: skip
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
-                holder = self._holder(descriptor)
+                holder = _holder(os.pread(descriptor, 1 << 16, 0))[1] or "a process that did not say who it is"
                 os.close(descriptor)
-                if not isinstance(error, BlockingIOError):
-                    raise FileExistsError(
-                        f"cannot lock {self.path} ({error.strerror or error}): this file system has no flock, so "
-                        f"simcse-weince cannot tell whether another run writes the folder; choose an --output-dir on "
-                        f"a local file system"
-                    ) from None
-                raise FileExistsError(
-                    f"output directory {self.output_dir} is in use by another run ({holder}; lock {self.path}): "
-                    f"wait for it to end or choose another --output-dir"
-                ) from None
-            if not self.path.exists() or os.stat(self.path).st_ino != os.fstat(descriptor).st_ino:
-                os.close(descriptor)  # the holder removed the file as we locked it: lock the one there now
-                continue
-            break
+                cause = f"is in use by another run ({holder}; lock {self.path}): wait for it to end or choose another"
+                if not isinstance(error, BlockingIOError):  # a file system without flock cannot tell
+                    cause = f"cannot be locked ({error.strerror or error}): choose one on a local file system as"
+                raise FileExistsError(f"output directory {self.output_dir} {cause} --output-dir") from None
+            if self.path.exists() and os.stat(self.path).st_ino == os.fstat(descriptor).st_ino:
+                break
+            os.close(descriptor)  # the holder removed the file as we locked it: lock the one there now
         if self._previous is not None:
             self._previous = os.pread(descriptor, 1 << 16, 0)
-        holder = self._holder(descriptor, default=None)
-        found = _parse_holder(self._previous)
+        found, holder = _holder(self._previous)
         if found and found.get("host") != socket.gethostname():
             os.close(descriptor)
             raise FileExistsError(
@@ -294,17 +207,8 @@ class OutputLock:
         self._descriptor = descriptor
         _LOCKS_HELD.add(descriptor)
 
-    @staticmethod
-    def _holder(descriptor: int, default: str | None = "a process that did not say who it is") -> str | None:
-        holder = _parse_holder(os.pread(descriptor, 1 << 16, 0))
-        try:
-            return f"pid {holder['pid']} on {holder['host']}, started {holder['started']}: {holder['command']}"
-        except (KeyError, TypeError):
-            return default
-
     def release(self, *, refused: bool = False) -> None:
-        """Unlock (the file goes first, so no one locks a file about to vanish). ``refused``: a start that wrote
-        nothing leaves a lock file it found as it was, and removes the folders it made."""
+        """Unlock (the file goes first). ``refused``: a lock file found is left as it was, made folders go."""
         if self._descriptor is None:
             return
         if refused and self._previous is not None:
@@ -325,31 +229,28 @@ class OutputLock:
                 folder.rmdir()  # only when empty
 
 
-def _parse_holder(content: bytes | None) -> dict | None:
+def _holder(content: bytes | None) -> tuple[dict | None, str | None]:
     try:
-        holder = json.loads(content or b"null")
-    except ValueError:
-        return None
-    return holder if isinstance(holder, dict) else None
-
-
-# ------------------------------------------------------------------------- --overwrite: the run it replaces
+        found = json.loads(content or b"null")
+        return found, f"pid {found['pid']} on {found['host']}, started {found['started']}: {found['command']}"
+    except (ValueError, KeyError, TypeError):
+        return None, None
 
 
 def _move_aside(output_dir: Path, names: list[str], run_id: str) -> None:
     """Move the earlier run's entries into PREVIOUS_RUN (the names and the new run's id recorded first); a move
     that fails puts back the ones already moved and refuses, naming the entry."""
     aside = output_dir / PREVIOUS_RUN
-    make_dir(output_dir, aside)
-    write_text(output_dir, aside / MOVED, json.dumps({"moved": names, "run_id": run_id}))
+    folder_io.make_dir(output_dir, aside)
+    folder_io.write_text(output_dir, aside / MOVED, json.dumps({"moved": names, "run_id": run_id}))
     moved = []
     for name in names:
         try:
-            move(output_dir, output_dir / name, aside / name)
+            folder_io.move(output_dir, output_dir / name, aside / name)
         except OSError as error:
             for done in reversed(moved):
-                move(output_dir, aside / done, output_dir / done)
-            remove(output_dir, aside)
+                folder_io.move(output_dir, aside / done, output_dir / done)
+            folder_io.remove(output_dir, aside)
             raise FileExistsError(
                 f"--overwrite: cannot move {output_dir / name} aside ({error.strerror or error}); nothing was "
                 f"changed: make it movable (its permissions, chattr -i) and start again, or choose another "
@@ -362,41 +263,48 @@ def settle_previous_run(output_dir: Path) -> None:
     """What a stopped ``--overwrite`` start left: the earlier run, moved aside, is put back unless the new run
     reached a checkpoint (then it is dropped). Idempotent, so a kill during this is settled by the next start."""
     if os.path.lexists(output_dir / DROPPED_RUN):
-        remove(output_dir, output_dir / DROPPED_RUN)
+        folder_io.remove(output_dir, output_dir / DROPPED_RUN)
     aside = output_dir / PREVIOUS_RUN
     if not aside.is_dir():
         return
     try:
         record = json.loads((aside / MOVED).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = None  # stopped before anything was moved
-    if record is None:
-        remove(output_dir, aside)
-        return
-    if any(checkpoint_run_id(path) == record["run_id"] for path in list_checkpoints(output_dir)):
-        drop_previous_run(output_dir)
-        return
+    except (OSError, ValueError):  # stopped before anything was moved
+        return folder_io.remove(output_dir, aside)
+    if record["run_id"] in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir)):
+        return drop_previous_run(output_dir)  # the new run reached a checkpoint
     moved = record["moved"]
     for name in START_ENTRIES:
         if name not in moved and os.path.lexists(output_dir / name):
-            remove(output_dir, output_dir / name)  # the new run's own, written before it stopped
+            folder_io.remove(output_dir, output_dir / name)  # the new run's own, written before it stopped
     for name in sorted(moved, key=lambda name: name == RUN_MANIFEST):  # the manifest last
         if os.path.lexists(aside / name):
             if os.path.lexists(output_dir / name):
-                remove(output_dir, output_dir / name)
-            move(output_dir, aside / name, output_dir / name)
-    remove(output_dir, aside)
+                folder_io.remove(output_dir, output_dir / name)
+            folder_io.move(output_dir, aside / name, output_dir / name)
+    folder_io.remove(output_dir, aside)
     logger.warning("the run that an --overwrite start in %s replaced is back: that start stopped before its "
                    "first checkpoint", output_dir)  # fmt: skip
+
+
+def config_of_record(output_dir) -> Path:
+    """The ``training_config.yaml`` --resume continues: the one a stopped --overwrite start left aside, if any."""
+    output_dir = folder_io.run_folder_path(output_dir)
+    aside, path = output_dir / PREVIOUS_RUN, output_dir / CONFIG_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        run_id = json.loads((aside / MOVED).read_text(encoding="utf-8"))["run_id"]
+        kept = run_id not in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir))
+        return aside / CONFIG_FILE if kept and (aside / CONFIG_FILE).is_file() else path
+    return path
 
 
 def drop_previous_run(output_dir: Path) -> None:
     """The new run has a checkpoint or its export: the run it replaced goes (renamed first: a kill mid-removal
     leaves DROPPED_RUN, which the next start removes, never a half run to put back)."""
     if (output_dir / PREVIOUS_RUN).is_dir():
-        move(output_dir, output_dir / PREVIOUS_RUN, output_dir / DROPPED_RUN)
+        folder_io.move(output_dir, output_dir / PREVIOUS_RUN, output_dir / DROPPED_RUN)
     if os.path.lexists(output_dir / DROPPED_RUN):
-        remove(output_dir, output_dir / DROPPED_RUN)
+        folder_io.remove(output_dir, output_dir / DROPPED_RUN)
 
 
 def _inputs_replaced(output_dir: Path, inputs, owned: dict) -> list[tuple[str, str]]:
@@ -413,38 +321,14 @@ def _inputs_replaced(output_dir: Path, inputs, owned: dict) -> list[tuple[str, s
     return found
 
 
-# -------------------------------------------------------------------------------------------- the folder
-
-
 def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool, inputs=()) -> Path | None:
-    """Check the output folder; return the verified checkpoint to resume from (None for a fresh start). Writes
-    nothing: the folder is claimed by :meth:`RunFolder.claim` once every input has loaded."""
+    """Check the folder (writing nothing); the verified checkpoint to resume from (None for a fresh start)."""
     has_run = (output_dir / CONFIG_FILE).is_file()
     non_empty = bool(_entries(output_dir))
     if resume:
         if not has_run:
             raise FileNotFoundError(f"--resume: {output_dir} holds no simcse-weince run ({CONFIG_FILE} is missing)")
-        if resume is True or resume == "latest":
-            checkpoint = newest_intact_checkpoint(output_dir)
-            if checkpoint is None and is_main:
-                logger.warning("--resume: no checkpoint in %s yet; starting from step 0", output_dir / CHECKPOINTS)
-            if checkpoint is not None:
-                check_checkpoint_belongs(checkpoint, output_dir)
-            return checkpoint
-        checkpoint = Path(resume).expanduser()
-        if not checkpoint.is_dir():
-            raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
-        check_checkpoint_belongs(checkpoint, output_dir)
-        problems = verify_checkpoint(checkpoint)
-        if problems:
-            intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
-            hint = (
-                f"the newest intact checkpoint is {intact}: resume from it with --resume {intact}"
-                if intact is not None
-                else f"no intact checkpoint is left in {output_dir / CHECKPOINTS}: start again with --overwrite"
-            )
-            raise ValueError(f"--resume: checkpoint {checkpoint} is damaged: {problems[0]}; {hint}")
-        return checkpoint
+        return checkpoints.checkpoint_to_resume(output_dir, resume, folder_run_id(output_dir), is_main)
     if non_empty and not overwrite:
         what = "a simcse-weince run" if has_run else "files"
         raise FileExistsError(
@@ -463,32 +347,24 @@ def prepare_output_dir(output_dir: Path, resume, overwrite: bool, is_main: bool,
                 f"--overwrite: {given}, an input of the new run, lies in {where}, which --overwrite replaces; "
                 f"train into another folder (--output-dir {output_dir}-2) or move the input out of {output_dir}"
             )
-        in_the_way = [name for name in _entries(output_dir) if name not in owned and _owned_name(name)]
+        in_the_way = [
+            str(output_dir / name) for name in _entries(output_dir) if name not in owned and _owned_name(name)
+        ]
         if in_the_way:
             raise FileExistsError(
-                f"--overwrite: {', '.join(str(output_dir / name) for name in in_the_way)} "
-                f"{'was' if len(in_the_way) == 1 else 'were'} not written by the run in {output_dir} and the new run "
-                f"would write there; move {'it' if len(in_the_way) == 1 else 'them'} elsewhere or choose another "
-                f"--output-dir"
+                f"--overwrite: the run in {output_dir} did not write {', '.join(in_the_way)}, where the new run "
+                f"writes; move {'it' if len(in_the_way) == 1 else 'them'} elsewhere or choose another --output-dir"
             )
     return None
 
 
 class RunFolder:
-    """One run's output folder, as every trainer uses it.
-
-    ``RunFolder(output_dir, resume, overwrite, accelerator, inputs)`` takes the folder's lock, settles what a
-    stopped --overwrite start left, refuses a link where the run writes, checks the folder and picks the
-    checkpoint to resume from (``.checkpoint``; None for a fresh start), and writes nothing else. ``.run_id`` is
-    the folder's recorded run id on --resume (a restart from step 0 keeps it). Inside ``with
-    run.restore_on_failure():`` the trainer loads its inputs, then calls :meth:`claim` (the earlier run replaced
-    with --overwrite is moved aside, the manifest and the config are written); if the new run stops before its
-    first checkpoint, the earlier run is put back. ``inputs``: the files and folders the run reads (training file,
-    data folder, local model), which --overwrite refuses to replace.
-    """
+    """One run's output folder: the constructor locks, settles, checks and picks ``.checkpoint`` (None: a fresh
+    start) and ``.run_id`` (the folder's, on --resume); inside ``restore_on_failure()`` the trainer loads its
+    inputs (files --overwrite may not replace), then :meth:`claim` writes the folder's manifest and config."""
 
     def __init__(self, output_dir, resume, overwrite: bool, accelerator, inputs=()):
-        self.output_dir = run_folder_path(output_dir)
+        self.output_dir = folder_io.run_folder_path(output_dir)
         self.resume, self.accelerator, self.inputs = resume, accelerator, tuple(inputs)
         self._lock = None
         self._found = None  # a fresh start's folder as found: None (not claimed), "absent" or "empty"
@@ -496,7 +372,7 @@ class RunFolder:
             found = "absent" if not self.output_dir.exists() else "empty" if not _entries(self.output_dir) else None
             self._lock = OutputLock(self.output_dir).acquire()  # before anything else is written
             try:
-                check_entries(self.output_dir, WRITTEN)
+                folder_io.check_entries(self.output_dir, WRITTEN)
                 settle_previous_run(self.output_dir)
                 self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, True, self.inputs)
                 self.run_id = folder_run_id(self.output_dir) if resume else None
@@ -508,9 +384,9 @@ class RunFolder:
         if not accelerator.is_main_process:
             self.checkpoint = prepare_output_dir(self.output_dir, resume, overwrite, False, self.inputs)
             self.run_id = folder_run_id(self.output_dir) if resume else None
-        self._claimed = False  # an earlier run was moved aside (--overwrite)
-        self._has_claimed = False  # the manifest and config were written
-        self._started = False  # a checkpoint or the export has been written
+        # an earlier run was moved aside (--overwrite); the manifest and config were written; a checkpoint or the
+        # export was written
+        self._claimed = self._has_claimed = self._started = False
 
     @property
     def checkpoints(self) -> Path:
@@ -524,36 +400,34 @@ class RunFolder:
                 manifest = read_run_manifest(output_dir) or {"format": 1, "files": run_files(output_dir)}
                 manifest["run_id"] = run_id
                 manifest["files"].update({name: "run" for name in RUN_ENTRIES if name not in manifest["files"]})
-            else:
+            elif _entries(output_dir):
+                owned = run_files(output_dir, overwrite=True)
+                _move_aside(output_dir, [name for name in _entries(output_dir) if name in owned], run_id)
+                self._claimed = True
                 if _entries(output_dir):
-                    owned = run_files(output_dir, overwrite=True)
-                    _move_aside(output_dir, [name for name in _entries(output_dir) if name in owned], run_id)
-                    self._claimed = True
-                    left = _entries(output_dir)
-                    if left:
-                        logger.warning("--overwrite replaced the earlier run in %s and left what it did not write: "
-                                       "%s", output_dir, ", ".join(left))  # fmt: skip
+                    logger.warning("--overwrite replaced the earlier run in %s and left what it did not write: %s",
+                                   output_dir, ", ".join(_entries(output_dir)))  # fmt: skip
+            if not self.resume:
                 manifest = {"format": 1, "run_id": run_id, "files": dict.fromkeys(RUN_ENTRIES, "run")}
-            _write_run_manifest(output_dir, manifest)
+            folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
             self._has_claimed = True
             save_run_config(output_dir, config, run_id)
         self.accelerator.wait_for_everyone()
 
     def save_checkpoint(self, state: dict, limit: int) -> Path:
-        saved = save_checkpoint(self.accelerator, self.output_dir, state, limit)
+        saved = checkpoints.save_checkpoint(self.accelerator, self.output_dir, state, limit)
         self._started = True
         if self.accelerator.is_main_process:
             drop_previous_run(self.output_dir)  # the new run now has a checkpoint: the run it replaced can go
         return saved
 
     def finish(self, drop: Path | None = None) -> None:
-        """The run has exported its result: the run it replaced can go, and so can the checkpoint ``drop`` (the
-        text trainer's last step, kept only until the export is written)."""
+        """The run has exported its result: the run it replaced goes, and so does the checkpoint ``drop``."""
         self._started = True
         if self.accelerator.is_main_process:
             drop_previous_run(self.output_dir)
             if drop is not None and drop.resolve().parent == self.checkpoints.resolve():  # never another run's
-                remove(self.output_dir, self.checkpoints / drop.name)
+                folder_io.remove(self.output_dir, self.checkpoints / drop.name)
         self.accelerator.wait_for_everyone()
 
     @contextlib.contextmanager
@@ -565,11 +439,10 @@ class RunFolder:
             if self._claimed and self.accelerator.is_main_process:
                 settle_previous_run(self.output_dir)  # back, unless the new run reached a checkpoint
             elif self._found is not None and not self._started:
-                # nothing of the run is worth keeping: leave the folder as it was found, so that the same command
-                # can run again (a half-made run would be refused as "already holds a simcse-weince run")
+                # leave the folder as found, so that the same command can run again
                 if self._has_claimed:
                     for name in run_files(self.output_dir):  # only what the run wrote: a file put there stays
-                        remove(self.output_dir, self.output_dir / name)
+                        folder_io.remove(self.output_dir, self.output_dir / name)
                 left_nothing = True
             raise
         finally:
