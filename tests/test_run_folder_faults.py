@@ -26,7 +26,8 @@ After every operation:
   setting or data file on ``--resume`` (a checkpoint of the run on disk) is refused; a link where ``--resume``
   writes (the lock, README.md, logs, logs/metrics.csv, results.json, checkpoints) is refused; a fresh start in a
   folder holding anything is refused; ``--overwrite`` replaces the run (it must refuse a link at the lock, and
-  may refuse one where it writes); a second writer is refused while the first runs; after a kill, R holds a resumable run or nothing.
+  may refuse one where it writes); a second writer is refused while the first runs; after a kill, R holds a
+  resumable run or nothing.
 
 The CLI runs in processes forked from a server that imported the package once (multiprocessing's forkserver):
 each start is a new process, as on the command line, without its seconds of imports.
