@@ -16,6 +16,8 @@ After every operation:
 * a finished run's step losses (``results.json`` history and ``logs/metrics.csv``) equal the uninterrupted run's
   on the settings ``results.json`` names and the data the run read; each reference run is trained once per
   session, cached by settings and data hash;
+* a finished ``--resume`` started at the newest checkpoint the run had (``resumed_from_step``): no progress lost,
+  also where a stopped ``--overwrite`` start is settled;
 * ``results.json``'s config is the settings the run trained with (those of record in R's training_config.yaml for
   ``--resume``, the command's for a fresh start or ``--overwrite``);
 * a refusal (exit 1) leaves R's tree as it was (the lock file aside; where a stopped start left hidden entries in
@@ -324,6 +326,7 @@ class Expected:
     links: dict = field(default_factory=dict)  # path in R -> (target, written by --resume)
     foreign: str | None = None  # the name of a checkpoint copied in from another run
     killed: bool = False
+    newest: int = 0  # the step of the run's newest checkpoint, as last seen with the run in R: a resume starts there
 
 
 KILL_POINTS = ("step", "checkpoint-tmp", "checkpoint", "hidden", "export", "delay")
@@ -628,8 +631,12 @@ class Sequence:
         if operation == "resume":  # the run of record, or the edited YAML where no checkpoint holds a record
             settings = yaml_before if e.yaml_edits or e.settings is None else e.settings
         if code == 0:
-            self.check_finished(settings, data_now)
-            self.expected = Expected(settings, data_now)
+            results = self.check_finished(settings, data_now)
+            checkpoints_changed = e.foreign or any(where.startswith("checkpoints") for where in e.links)
+            if operation == "resume" and not checkpoints_changed and results["resumed_from_step"] < e.newest:
+                self.fail(f"progress lost: --resume started at step {results['resumed_from_step']}, the run had a "
+                          f"checkpoint at step {e.newest}")  # fmt: skip
+            self.expected = Expected(settings, data_now, newest=self.newest_step())
             return
         self.after_stop(operation, settings, data_now, running.started)
 
@@ -644,9 +651,9 @@ class Sequence:
             self.expected = Expected()
             return
         if operation == "train" or e.settings is None or (operation == "overwrite" and self.new_checkpoints(started)):
-            self.expected = e = Expected(settings, data_now)
+            self.expected = e = Expected(settings, data_now, newest=self.newest_step())
         elif operation == "resume" and self.new_checkpoints(started):
-            e.settings, e.data_at_start, e.yaml_edits = settings, data_now, {}
+            e.settings, e.data_at_start, e.yaml_edits, e.newest = settings, data_now, {}, self.newest_step()
         e.links = {where: link for where, link in e.links.items() if (self.run_dir / where).is_symlink()}
         if e.foreign is not None and not (self.run_dir / "checkpoints" / e.foreign).is_dir():
             e.foreign = None
@@ -684,6 +691,9 @@ class Sequence:
             return f"{point}: the run ended first"
         os.kill(running.process.pid, signal.SIGKILL if how == "kill" else signal.SIGTERM)
         return f"{how} {fired}"
+
+    def newest_step(self) -> int:
+        return max((int(path.name.split("-")[1]) for path in self.own_checkpoints()), default=0)
 
     def new_checkpoints(self, since: float) -> list[Path]:
         """The run's checkpoints written since ``since`` (by the process started then)."""
@@ -768,7 +778,7 @@ class Sequence:
         if first_refusal not in (None, "either") and not lock_link:
             self.fail(f"{operation} ran where it must be refused ({first_refusal})")
         self.check_finished(settings, data_now)
-        self.expected = Expected(settings, data_now)
+        self.expected = Expected(settings, data_now, newest=self.newest_step())
 
     # ---- the checks
 
@@ -788,7 +798,7 @@ class Sequence:
         if changed:
             self.fail(f"a refusal ({last_line(stderr)!r}) wrote in R: {changed[:8]}")
 
-    def check_finished(self, settings: Settings, data: bytes) -> None:
+    def check_finished(self, settings: Settings, data: bytes) -> dict:
         """``results.json`` names the settings and the data that trained, and its losses are the reference's."""
         results_path = self.run_dir / "results.json"
         if results_path.is_symlink() or not results_path.is_file():
@@ -823,6 +833,7 @@ class Sequence:
             self.fail(f"logs/metrics.csv has the loss steps {[step for step, _ in logged]}")
         if [loss for _, loss in logged] != pytest.approx(reference, abs=1e-5):
             self.fail("logs/metrics.csv's losses are not the uninterrupted run's")
+        return results
 
 
 def last_line(text: str) -> str:
