@@ -1005,7 +1005,7 @@ MUTATIONS = (
         (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
     ),
     Mutation(
-        "run identity: a restart from step 0 draws a new run id", LOOP,
+        "run identity: the folder's id not kept on a restart from step 0", LOOP,
         (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
         (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",
     ),
