@@ -52,9 +52,9 @@ _RUN_ID_LINE = re.compile(r"# run_id: ([0-9a-f]+)")
 
 
 def _entries(output_dir: Path) -> list[str]:
-    """The names at the top of a folder, but for the lock and the folders of a replaced run."""
     names = os.listdir(output_dir) if output_dir.is_dir() else []
-    return sorted(name for name in names if name not in (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN))
+    skipped = (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN)  # and a write stopped before its rename (folder_io.write_bytes)
+    return sorted(name for name in names if name not in skipped and not fnmatch.fnmatch(name, ".*.[0-9]*.tmp"))
 
 
 def read_run_manifest(output_dir: Path, *, overwrite: bool = False) -> dict | None:
