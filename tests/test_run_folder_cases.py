@@ -272,7 +272,7 @@ def test_a_stopped_overwrite_start_is_put_back_whenever_it_was_killed(run, monke
 
     for kill_at in range(len(names) + 1):
         for restore_kill_at in (None, kill_at // 2) if kill_at else (None,):
-            monkeypatch.setattr("simcse_weince.training.run_folder.move", killed_after(kill_at))
+            monkeypatch.setattr("simcse_weince.training.folder_io.move", killed_after(kill_at))
             try:
                 _move_aside(run, names, "newrun")
                 for name in (RUN_MANIFEST, "training_config.yaml", "logs/metrics.csv"):  # the new run's claim
@@ -281,10 +281,10 @@ def test_a_stopped_overwrite_start_is_put_back_whenever_it_was_killed(run, monke
             except KeyboardInterrupt:
                 pass
             if restore_kill_at is not None:
-                monkeypatch.setattr("simcse_weince.training.run_folder.move", killed_after(restore_kill_at))
+                monkeypatch.setattr("simcse_weince.training.folder_io.move", killed_after(restore_kill_at))
                 with pytest.raises(KeyboardInterrupt):
                     settle_previous_run(run)
-            monkeypatch.setattr("simcse_weince.training.run_folder.move", real_move)
+            monkeypatch.setattr("simcse_weince.training.folder_io.move", real_move)
             settle_previous_run(run)
             assert tree_digest(run) == before, (kill_at, restore_kill_at)
 

@@ -233,8 +233,12 @@ MUTATIONS = (
     Mutation(
         "run folder: a failed --overwrite start does not put the earlier run back", RUN_FOLDER,
         (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
-        ("tests/test_bad_inputs.py", CASES, "-k", "puts_the_earlier_run_back or stopped_overwrite"),
-        "issue 12: --overwrite lost the earlier run; a kill during the move aside or the restore is settled",
+        ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
+    ),
+    Mutation(
+        "--overwrite: a start killed during its moves is not put back", RUN_FOLDER,
+        (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
+        (CASES, "-k", "stopped_overwrite"), "a kill during the move aside or the restore must be settled",
     ),
     # ---- throughput: precision and padding
     Mutation(
@@ -1005,7 +1009,7 @@ MUTATIONS = (
         (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
     ),
     Mutation(
-        "run identity: a restart from step 0 draws a new run id", LOOP,
+        "run identity: the folder's id not kept on a restart from step 0", LOOP,
         (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
         (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",
     ),

@@ -52,9 +52,9 @@ _RUN_ID_LINE = re.compile(r"# run_id: ([0-9a-f]+)")
 
 
 def _entries(output_dir: Path) -> list[str]:
-    """The names at the top of a folder, but for the lock and the folders of a replaced run."""
     names = os.listdir(output_dir) if output_dir.is_dir() else []
-    return sorted(name for name in names if name not in (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN))
+    skipped = (LOCK_FILE, PREVIOUS_RUN, DROPPED_RUN)  # and a write stopped before its rename (folder_io.write_bytes)
+    return sorted(name for name in names if name not in skipped and not fnmatch.fnmatch(name, ".*.[0-9]*.tmp"))
 
 
 def read_run_manifest(output_dir: Path, *, overwrite: bool = False) -> dict | None:
@@ -238,8 +238,7 @@ def _holder(content: bytes | None) -> tuple[dict | None, str | None]:
 
 
 def _move_aside(output_dir: Path, names: list[str], run_id: str) -> None:
-    """Move the earlier run's entries into PREVIOUS_RUN (the names and the new run's id recorded first); a move
-    that fails puts back the ones already moved and refuses, naming the entry."""
+    """Move the earlier run's entries aside (recorded first); a move that fails puts back those moved, refusing."""
     aside = output_dir / PREVIOUS_RUN
     folder_io.make_dir(output_dir, aside)
     folder_io.write_text(output_dir, aside / MOVED, json.dumps({"moved": names, "run_id": run_id}))
@@ -432,10 +431,11 @@ class RunFolder:
 
     @contextlib.contextmanager
     def restore_on_failure(self):
-        left_nothing = False
+        left_nothing = False  # the folder is as the start found it (and so is a lock file it found)
         try:
             yield self
         except BaseException:
+            left_nothing = not self._has_claimed or (self._claimed and not self._started)  # the earlier run is back
             if self._claimed and self.accelerator.is_main_process:
                 settle_previous_run(self.output_dir)  # back, unless the new run reached a checkpoint
             elif self._found is not None and not self._started:
