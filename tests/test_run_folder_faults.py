@@ -638,17 +638,19 @@ class Sequence:
                           f"checkpoint at step {e.newest}")  # fmt: skip
             self.expected = Expected(settings, data_now, newest=self.newest_step())
             return
-        self.after_stop(operation, settings, data_now, running.started)
+        self.after_stop(operation, settings, data_now, running.started, tree_before)
 
-    def after_stop(self, operation: str, settings: Settings, data_now: bytes, started: float) -> None:
+    def after_stop(self, operation: str, settings: Settings, data_now: bytes, started: float, before: dict) -> None:
         """A kill (or SIGTERM): R holds a run that resumes, or nothing (a start stopped before it claimed R). An
         --overwrite start holds R once it has a checkpoint; before, the run it replaces is R's (put back at the
         next start); a --resume that ran restarted a run without a checkpoint with the YAML and data of now."""
         e = self.expected
         if self.yaml_settings() is None:
-            if self.entries():
-                self.fail(f"the stopped run left {self.entries()} in {self.run_dir} without training_config.yaml")
-            self.expected = Expected()
+            left = [name for name in self.entries() if name not in before]  # the user's links were there before
+            if left:
+                self.fail(f"the stopped run left {left} in {self.run_dir} without training_config.yaml")
+            self.expected = Expected(links={where: link for where, link in e.links.items()
+                                            if (self.run_dir / where).is_symlink()})  # fmt: skip
             return
         if operation == "train" or e.settings is None or (operation == "overwrite" and self.new_checkpoints(started)):
             self.expected = e = Expected(settings, data_now, newest=self.newest_step())
