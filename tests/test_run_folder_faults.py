@@ -29,15 +29,19 @@ After every operation:
   writes (the lock, README.md, logs, logs/metrics.csv, results.json, checkpoints) is refused; a fresh start in a
   folder holding anything is refused; ``--overwrite`` replaces the run (it must refuse a link at the lock, and
   may refuse one where it writes); a second writer is refused while the first runs; after a kill, R holds a
-  resumable run or nothing.
+  resumable run or nothing, or the next start (a fresh start again, or ``--resume`` of the run R held) settles
+  what the stopped one left and runs.
 
 The CLI runs in processes forked from a server that imported the package once (multiprocessing's forkserver):
 each start is a new process, as on the command line, without its seconds of imports.
 
-Replay: ``SIMCSE_WEINCE_FAULT_SEEDS=12,40 python -m pytest -s tests/test_run_folder_faults.py -k default`` runs
-those seeds (the operations chosen depend on the seed and on what each operation observed, so a kill that lands
-elsewhere may take the walk another way). ``-m slow`` runs SIMCSE_WEINCE_FAULT_SEQUENCES sequences (200 unless
-set). A failure names every failing sequence: its seed, its operations and the violated invariant.
+Replay: ``SIMCSE_WEINCE_FAULT_SEEDS=12,40 python -m pytest -s tests/test_run_folder_faults.py -k default_random``
+runs those seeds (the operations chosen depend on the seed and on what each operation observed, so a kill that
+lands elsewhere may take the walk another way); ``SIMCSE_WEINCE_FAULT_SEQUENCE='12:train,link:LOCK,resume'`` runs
+those operations (names as :meth:`Sequence.dispatch` takes them; a failure prints this line for its walk, to
+replay it or shorten it by hand). ``-m slow`` runs SIMCSE_WEINCE_FAULT_SEQUENCES random walks (200 unless set) of
+SIMCSE_WEINCE_FAULT_OPERATIONS operations (7). A failure names every failing walk: its seed, its operations and the
+violated invariant; each walk's folders stay under pytest's tmp folder (seed-N).
 """
 
 from __future__ import annotations
@@ -326,6 +330,7 @@ class Expected:
     links: dict = field(default_factory=dict)  # path in R -> (target, written by --resume)
     foreign: str | None = None  # the name of a checkpoint copied in from another run
     killed: bool = False
+    leftovers: bool = False  # a stopped fresh start left entries: the same command again must clear them and run
     newest: int = 0  # the step of the run's newest checkpoint, as last seen with the run in R: a resume starts there
 
 
@@ -341,6 +346,7 @@ class Sequence:
         self.victims = home / "victims"
         self.log: list[str] = []
         self.names: list[str] = []  # the operations run, as dispatch() takes them (to replay the walk)
+        self.forced: list[str] = []  # operations that must come next (the start after a stopped one)
         self.operations = 0
         self.expected = Expected()
         self.save_steps = self.rng.choice((2, 3))
@@ -409,7 +415,19 @@ class Sequence:
 
     def walk(self, operations) -> None:
         """``operations``: how many to draw, or the list to run (names as :meth:`dispatch` takes them)."""
-        for name in operations if isinstance(operations, list) else (self.choose() for _ in range(operations)):
+        planned = list(operations) if isinstance(operations, list) else None
+        drawn = 0
+        while True:
+            if self.forced:
+                name = self.forced.pop(0)
+            elif planned is not None:
+                if not planned:
+                    break
+                name = planned.pop(0)
+            elif drawn < operations:
+                name, drawn = self.choose(), drawn + 1
+            else:
+                break
             self.step(name)
         if self.expected.settings is not None and self.clean():
             self.step("resume")  # the end: a run with nothing changed resumes and finishes exactly
@@ -568,7 +586,7 @@ class Sequence:
         if lock_link:
             return f"a link at {self.session.lock_name}"
         if operation == "train":
-            return f"{self.run_dir} holds {self.entries()}" if self.entries() else None
+            return f"{self.run_dir} holds {self.entries()}" if self.entries() and not e.leftovers else None
         written = sorted(where for where, (_, writes) in e.links.items() if writes)
         if operation == "overwrite":  # a link where the run writes: refused by its path, or moved aside with R's run
             if written:
@@ -647,10 +665,14 @@ class Sequence:
         e = self.expected
         if self.yaml_settings() is None:
             left = [name for name in self.entries() if name not in before]  # the user's links were there before
-            if left:
-                self.fail(f"the stopped run left {left} in {self.run_dir} without training_config.yaml")
+            if left:  # the next start must settle them: the same command again, or --resume of the run it replaced
+                self.forced.append("resume" if e.settings is not None else "train")
+                self.log[-1] += f" (left {left}: the next {self.forced[-1]} must run)"
+            if e.settings is not None and left:
+                e.killed = True
+                return
             self.expected = Expected(links={where: link for where, link in e.links.items()
-                                            if (self.run_dir / where).is_symlink()})  # fmt: skip
+                                            if (self.run_dir / where).is_symlink()}, leftovers=bool(left))  # fmt: skip
             return
         if operation == "train" or e.settings is None or (operation == "overwrite" and self.new_checkpoints(started)):
             self.expected = e = Expected(settings, data_now, newest=self.newest_step())
@@ -914,8 +936,8 @@ def check_walks(session: Session, walks, tmp_path_factory) -> None:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_default_walk(session, tmp_path_factory, name):
-    """The issue's flows as fixed walks (SIMCSE_WEINCE_FAULT_SEQUENCE / _SEEDS replace them)."""
-    check_walks(session, _walks([SCENARIOS[name]]), tmp_path_factory)
+    """The run folder's known flows as fixed walks."""
+    check_walks(session, [SCENARIOS[name]], tmp_path_factory)
 
 
 def test_default_random_walks(session, tmp_path_factory):
