@@ -833,7 +833,7 @@ MUTATIONS = (
     ),
     Mutation(
         "records: a JSON key given twice last-wins", "simcse_weince/records.py",
-        (("json.loads(text, object_pairs_hook=_refusing_duplicates(source))", "json.loads(text)"),),
+        (("json.loads(text, object_pairs_hook=no_duplicate_keys(source))", "json.loads(text)"),),
         ("tests/test_records.py", "-k", "twice or trust"), "compare read the second of two scores",
     ),
     Mutation(
