@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: what to do about a file that fails a check, when the caller has nothing more precise to say
-FIX = "fix the file or write it again with the tool"
+FIX = "fix the file, or write it again with the program that wrote it"
 
 
 class RecordError(ValueError):

@@ -89,7 +89,7 @@ def test_a_yaml_boolean_where_a_list_is_expected_names_the_field(tmp_path, field
         apply_overrides(TrainConfig(), read_config_file(config))
     assert str(refused.value).startswith(f"{field} must be a list of strings, got the boolean {word in ('yes',)}"
                                          .replace("True", "true").replace("False", "false"))  # fmt: skip
-    assert "write none for an empty list, or quote the word" in str(refused.value)
+    assert "quote the word, or write none for an empty list" in str(refused.value)
     config.write_text(f"{field}: none\n" if field != "directions" else "", encoding="utf-8")
     apply_overrides(TrainConfig(), read_config_file(config))  # what the refusal says to write is accepted
 
