@@ -123,11 +123,11 @@ def _results(**changes) -> dict:
         (json.dumps(_results(history=[{"step": -5, "loss": 1.0}])), "history[0].step is -5: negative"),
         (json.dumps(_results(history=[{"step": 2}, {"step": 2}])), "history[1].step is 2: not after the step"),
         (
-            json.dumps(_results(history=[{"step": 1, "lambda_mean": 0.1}, {"step": 2, "lambda_mean": "low"}])),
-            "history[1].lambda_mean is a string ('low'), not a number",
+            json.dumps(_results(history=[{"step": 1, "lambda_mean": 0.1}, {"step": 2, "lambda_mean": float("nan")}])),
+            "history[1].lambda_mean is NaN, not a number",
         ),
     ],
-    ids=["duplicate-key", "negative-count", "nan-count", "empty-history", "negative-step", "repeated-step", "type"],
+    ids=["duplicate-key", "negative-count", "nan-count", "empty-history", "negative-step", "repeated-step", "nan"],
 )
 def test_compare_never_reuses_a_results_file_it_cannot_trust(tmp_path, monkeypatch, caplog, text, problem):
     """A cell whose results.json has a key twice (compare once read the second: 31.29 -> 63.09), a negative or
