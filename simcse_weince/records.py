@@ -27,6 +27,7 @@ __all__ = [
     "check_number",
     "loads_json",
     "loads_yaml",
+    "no_duplicate_keys",
     "read_json",
     "read_metrics_log",
     "read_yaml",
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: what to do about a file that fails a check, when the caller has nothing more precise to say
-FIX = "fix the file or write it again with the tool"
+FIX = "fix the file, or write it again with the program that wrote it"
 
 
 class RecordError(ValueError):
@@ -54,7 +55,10 @@ def type_name(value) -> str:
 # ------------------------------------------------------------------------------------------------------ JSON
 
 
-def _refusing_duplicates(source):
+def no_duplicate_keys(source):
+    """A ``json.loads`` ``object_pairs_hook`` refusing a key given twice in one object, naming it and ``source``
+    (for a reader that reports syntax errors itself, as the JSON-lines training files do)."""
+
     def pairs_hook(pairs):
         seen = {}
         for key, value in pairs:
@@ -73,7 +77,7 @@ def loads_json(text: str, source="JSON text"):
     """``json.loads`` refusing a duplicate key in any object (naming it and ``source``); a syntax error is a
     :class:`RecordError` naming the line and column."""
     try:
-        return json.loads(text, object_pairs_hook=_refusing_duplicates(source))
+        return json.loads(text, object_pairs_hook=no_duplicate_keys(source))
     except json.JSONDecodeError as error:
         raise RecordError(
             f"{source} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}; {FIX}"

@@ -97,8 +97,8 @@ def wrong_type(value) -> str:
     """How a refusal names a value of the wrong type read from a file or a flag; a boolean where none is expected
     was most often a YAML word (``no``, ``off``, ``yes``, ``on`` are read as booleans)."""
     if isinstance(value, bool):
-        return (f"the boolean {str(value).lower()} (YAML reads no/off/yes/on as booleans: write none for an empty "
-                f"list, or quote the word)")  # fmt: skip
+        return (f"the boolean {str(value).lower()} (YAML reads no/off/yes/on as booleans: quote the word, or "
+                f"write none for an empty list)")  # fmt: skip
     return f"{type_name(value)} ({value!r})"
 
 

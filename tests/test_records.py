@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,7 @@ def test_a_yaml_boolean_where_a_list_is_expected_names_the_field(tmp_path, field
         apply_overrides(TrainConfig(), read_config_file(config))
     assert str(refused.value).startswith(f"{field} must be a list of strings, got the boolean {word in ('yes',)}"
                                          .replace("True", "true").replace("False", "false"))  # fmt: skip
-    assert "write none for an empty list, or quote the word" in str(refused.value)
+    assert "quote the word, or write none for an empty list" in str(refused.value)
     config.write_text(f"{field}: none\n" if field != "directions" else "", encoding="utf-8")
     apply_overrides(TrainConfig(), read_config_file(config))  # what the refusal says to write is accepted
 
@@ -122,11 +123,11 @@ def _results(**changes) -> dict:
         (json.dumps(_results(history=[{"step": -5, "loss": 1.0}])), "history[0].step is -5: negative"),
         (json.dumps(_results(history=[{"step": 2}, {"step": 2}])), "history[1].step is 2: not after the step"),
         (
-            json.dumps(_results(history=[{"step": 1, "lambda_mean": 0.1}, {"step": 2, "lambda_mean": "low"}])),
-            "history[1].lambda_mean is a string ('low'), not a number",
+            json.dumps(_results(history=[{"step": 1, "lambda_mean": 0.1}, {"step": 2, "lambda_mean": float("nan")}])),
+            "history[1].lambda_mean is NaN, not a number",
         ),
     ],
-    ids=["duplicate-key", "negative-count", "nan-count", "empty-history", "negative-step", "repeated-step", "type"],
+    ids=["duplicate-key", "negative-count", "nan-count", "empty-history", "negative-step", "repeated-step", "nan"],
 )
 def test_compare_never_reuses_a_results_file_it_cannot_trust(tmp_path, monkeypatch, caplog, text, problem):
     """A cell whose results.json has a key twice (compare once read the second: 31.29 -> 63.09), a negative or
@@ -187,3 +188,35 @@ def test_an_all_nan_column_is_reported_as_nan_not_as_missing(tmp_path):
         lambda_series(_log(tmp_path, "1,loss,2.0\n"))
     with pytest.raises(RecordError, match="step 3 twice"):  # a results.json history is held to the same rule
         load_training_log([{"step": 3, "lambda_mean": 0.1}, {"step": 3, "lambda_mean": 0.2}])
+
+
+# ------------------------------------------------------------------------------- files of the training run
+
+
+def test_a_json_lines_training_row_with_a_key_twice_is_refused_naming_the_line(tmp_path):
+    from simcse_weince.text.columns import read_table
+
+    path = tmp_path / "pairs.jsonl"
+    rows = [{"anchor": f"sentence {i}", "positive": f"another {i}"} for i in range(4)]
+    lines = [json.dumps(row) for row in rows]
+    lines[2] = '{"anchor": "kept", "positive": "a pair", "anchor": "silently replaced"}'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=f"training file {path}, line 3 holds the key 'anchor' twice"):
+        read_table(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [('{"max_seq_length": 128, "max_seq_length": 16}', "holds the key 'max_seq_length' twice"),
+     ('{"max_seq_length": -16}', "max_seq_length is -16, negative"),
+     ('{"max_seq_length": NaN}', "max_seq_length must be an integer count, got NaN")],
+    ids=["duplicate", "negative", "nan"],
+)  # fmt: skip
+def test_a_received_sentence_transformers_config_is_read_strictly(tmp_path, text, problem):
+    from simcse_weince.text.model import default_max_seq_length
+
+    (tmp_path / "sentence_bert_config.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        default_max_seq_length(str(tmp_path), tokenizer=None)
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 16}', encoding="utf-8")
+    assert default_max_seq_length(str(tmp_path), tokenizer=None) == 16

@@ -772,12 +772,13 @@ MUTATIONS = (
         "push: uploads every file of the folder, not only the export", "simcse_weince/hub.py",
         (("for name, kind in run_files(folder).items() if kind == \"export\")", "for name in _all(folder))"),
          ("def export_files(directory)", "def _all(folder):\n    return [p.name for p in folder.iterdir()]\n\n\n"
-          "def export_files(directory)")),
+          "def export_files(directory)"),
+         ("    if not listing_path.exists():\n", "    if True:\n")),
         (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded a stale .export.tmp",
     ),
     Mutation(
         "push: follows a link in the export to a file outside the run", "simcse_weince/hub.py",
-        (("            if path.is_symlink():\n", "            if False:\n"),),
+        (("            if parent.is_symlink():\n", "            if False:\n"),),
         (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded the contents of symlinked files outside the run",
     ),
     # ---- issue 54: data parts, scores, fast path (i54data)
@@ -839,7 +840,7 @@ MUTATIONS = (
     ),
     Mutation(
         "records: a JSON key given twice last-wins", "simcse_weince/records.py",
-        (("json.loads(text, object_pairs_hook=_refusing_duplicates(source))", "json.loads(text)"),),
+        (("json.loads(text, object_pairs_hook=no_duplicate_keys(source))", "json.loads(text)"),),
         ("tests/test_records.py", "-k", "twice or trust"), "compare read the second of two scores",
     ),
     Mutation(

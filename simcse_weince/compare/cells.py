@@ -210,10 +210,13 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
                 return f"{key}[{index}] is a {type(entry).__name__}, not an object"
             for field in filter(None, fields):
                 if entry.get(field) is not None and not _is_number(entry[field]):
-                    return f"{key}[{index}].{field} is {type_name(entry[field])} ({entry[field]!r}), not a number"
+                    value = entry[field]
+                    shown = type_name(value) if isinstance(value, float) else repr(value)  # NaN is named NaN
+                    return f"{key}[{index}].{field} is {shown}, not a number"
             step = entry.get("step")
             if step is not None and not (float(step).is_integer() and last_step < step):
-                order = "negative" if step < 0 else f"not after the step before it ({last_step})"
+                order = ("negative" if step < 0 else "not an integer" if not float(step).is_integer()
+                         else f"not after the step before it ({last_step})")  # fmt: skip
                 return f"{key}[{index}].step is {step}: {order}; steps count up from 0"
             last_step = last_step if step is None else step
             score = entry.get(kind.dev_curve) if key == "evaluations" and kind.dev_curve else None
