@@ -408,9 +408,9 @@ class RunFolder:
                                    output_dir, ", ".join(_entries(output_dir)))  # fmt: skip
             if not self.resume:
                 manifest = {"format": 1, "run_id": run_id, "files": dict.fromkeys(RUN_ENTRIES, "run")}
-            folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
             self._has_claimed = True
-            save_run_config(output_dir, config, run_id)
+            save_run_config(output_dir, config, run_id)  # first: it marks a run, so a kill after it leaves one
+            folder_io.write_text(output_dir, output_dir / RUN_MANIFEST, json.dumps(manifest, indent=1))
         self.accelerator.wait_for_everyone()
 
     def save_checkpoint(self, state: dict, limit: int) -> Path:
