@@ -11,6 +11,8 @@ sentence, when ``max_length`` is below its special tokens).
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -25,6 +27,45 @@ TOKENIZER_FILES = (
     "tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model",
     "tokenizer.model",
 )  # fmt: skip
+
+
+#: SentencePiece model files a tokenizer is built from when its folder has no tokenizer.json (XLM-R, T5 and ALBERT,
+#: DeBERTa-v2, Llama 2); reading one takes the optional sentencepiece package
+SENTENCEPIECE_FILES = ("sentencepiece.bpe.model", "spiece.model", "spm.model", "tokenizer.model")
+
+
+class MissingTokenizerPackage(ValueError):
+    """A model folder's tokenizer needs an optional package that is not installed; the message names it."""
+
+
+def missing_tokenizer_package(folder) -> str | None:
+    """Why the tokenizer of the model folder ``folder`` cannot be read here, when that is an optional package that
+    is not installed: it has no ``tokenizer.json``, a SentencePiece model file, and sentencepiece is missing (then
+    transformers falls back to its tiktoken reader and names tiktoken instead). None otherwise."""
+    folder = Path(str(folder)).expanduser()
+    if not folder.is_dir() or (folder / TOKENIZER_FILES[0]).is_file():
+        return None
+    found = next((folder / name for name in SENTENCEPIECE_FILES if (folder / name).is_file()), None)
+    if found is None or importlib.util.find_spec("sentencepiece") is not None:
+        return None
+    tiktoken = " (or, for a tiktoken file, pip install tiktoken)" if found.name == "tokenizer.model" else ""
+    return (
+        f"its tokenizer is the SentencePiece model {found} (the folder has no tokenizer.json), and reading it "
+        f"needs the sentencepiece package, which is not installed: pip install sentencepiece{tiktoken}"
+    )
+
+
+@contextlib.contextmanager
+def naming_missing_tokenizer_package(model: str, folder):
+    """Around loading the tokenizer of a model folder: a failure caused by a missing optional package
+    (:func:`missing_tokenizer_package`) becomes :class:`MissingTokenizerPackage` naming it and how to install it."""
+    try:
+        yield
+    except (ImportError, ValueError, OSError) as error:
+        missing = missing_tokenizer_package(folder)
+        if missing is None:
+            raise
+        raise MissingTokenizerPackage(f"cannot load the model {model!r}: {missing}") from error
 
 
 def tokenizer_source(tokenizer) -> str:

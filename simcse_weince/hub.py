@@ -14,6 +14,8 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from importlib import resources
@@ -22,6 +24,7 @@ from pathlib import Path
 from simcse_weince.paths import hub_id_of, hub_is_offline
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
 from simcse_weince.precision import precision_label
+from simcse_weince.records import RecordError, check_count, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -135,42 +138,162 @@ def render_model_card(results: dict, repo_id: str | None = None, template: str |
 
 def write_model_card(output_dir: str | Path, results: dict, repo_id: str | None = None) -> Path:
     """Write ``README.md`` into the model folder (sentence-transformers' own card is not written)."""
+    from simcse_weince.training.folder_io import write_text
+
     path = Path(output_dir) / "README.md"
-    path.write_text(render_model_card(results, repo_id=repo_id), encoding="utf-8")
+    write_text(path.parent, path, render_model_card(results, repo_id=repo_id))  # never through a link
     return path
 
 
+#: the export's record of what it wrote: each file (its path in the run folder) with its size and sha256; a file of
+#: the run (not uploaded), written last by the export, before results.json
+EXPORT_LISTING = "export_files.json"
+#: the next step when the export's files are not as it wrote them
+EXPORT_AGAIN = "restore it, or run the same train command with --resume to export the run again"
+
+
+def _export_entries(folder: Path) -> list[str]:
+    """The top-level entries of the run's export (its manifest's ``export`` entries; a staging folder excluded)."""
+    from simcse_weince.training.run_folder import run_files
+
+    names = sorted(name for name, kind in run_files(folder).items() if kind == "export")
+    for name in names:
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{folder}/run_files.json names {name!r}, not an entry of the folder: refusing to push")
+    return [name for name in names if not name.startswith(".")]
+
+
+def _files_under(top: Path) -> list[Path]:
+    """``top`` or every entry below it, links included and never entered (``os.walk`` does not follow them)."""
+    if not top.is_dir() or top.is_symlink():
+        return [top]
+    paths = []
+    for root, dirs, file_names in os.walk(top):
+        paths += [Path(root) / entry for entry in sorted(dirs + file_names)]
+    return paths
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_export_listing(output_dir, staging=None) -> Path:
+    """Record every file of the run's export with its size and sha256 in :data:`EXPORT_LISTING` (main process, as
+    the export's last step): the export entries of the run's manifest, and the entries of ``staging`` (files the
+    export is about to move into the folder, listed under their final names). Written to a new file and renamed
+    over the old one, so a link in its place is replaced, never written through. A link inside the export is
+    refused (the export writes none)."""
+    from simcse_weince.training.run_folder import record_run_files
+
+    folder = Path(output_dir)
+    staged = {entry.name: entry for entry in sorted(Path(staging).iterdir())} if staging is not None else {}
+    files = {}
+    for name in sorted(set(_export_entries(folder)) | set(staged)):
+        top = staged.get(name, folder / name)
+        for path in _files_under(top):
+            if path.is_symlink():
+                raise ValueError(f"{path} is a symbolic link: the export writes none; export the run again")
+            if path.is_file():
+                relative = (Path(name) / path.relative_to(top)).as_posix() if path != top else name
+                files[relative] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    record_run_files(folder, [EXPORT_LISTING], kind="run")
+    target = folder / EXPORT_LISTING
+    temporary = folder / f".{EXPORT_LISTING}.tmp"
+    if temporary.is_symlink() or temporary.exists():
+        temporary.unlink()  # a leftover (or a planted link): removed, not opened
+    handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(handle, "w", encoding="utf-8") as stream:
+        json.dump({"format": 1, "files": files}, stream, indent=1)
+    os.replace(temporary, target)
+    return target
+
+
+def _listed_files(folder: Path, listing_path: Path) -> dict[str, dict]:
+    """The files :data:`EXPORT_LISTING` records, checked: each a relative path inside one of the export's entries,
+    with a size (a count) and a sha256."""
+    listing = read_json(listing_path, "export listing")
+    where = f"export listing {listing_path}"
+    files = listing.get("files") if isinstance(listing, dict) else None
+    if not isinstance(files, dict):
+        raise RecordError(f"{where} holds no 'files' mapping; {EXPORT_AGAIN}")
+    entries = set(_export_entries(folder))
+    for name, record in files.items():
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts or not parts or parts[0] not in entries:
+            raise RecordError(f"{where} names {name!r}, not a file of the run's export; {EXPORT_AGAIN}")
+        if not isinstance(record, dict) or not isinstance(record.get("sha256"), str):
+            raise RecordError(f"{where}: {name} has no sha256; {EXPORT_AGAIN}")
+        check_count(record.get("size"), f"{name}'s size", where)
+    return files
+
+
 def export_files(directory) -> list[tuple[str, Path]]:
-    """What ``push`` uploads: exactly the files of the run's export, as ``(path in the repository, local file)``.
+    """What ``push`` uploads: exactly the files the export wrote, as ``(path in the repository, local file)``.
 
-    The export is what the run's manifest (``run_files.json``) records as ``export`` (the SentenceTransformer
-    folder and its card); nothing else in the folder is uploaded (checkpoints, logs, a partial ``.export.tmp``
-    left by a killed export, the user's own files). A folder without a manifest (an earlier release's run) is
-    taken to export the names a text run's export writes. A symbolic link in the export (the export never writes
-    one) is refused: its target may lie outside the run folder.
+    The export records each file it wrote with its size and sha256 in :data:`EXPORT_LISTING`; push uploads those
+    and nothing else. A listed file that is missing, a link (or below one), or whose content changed is refused,
+    naming it; a file added later inside the export's folders (``1_Pooling/sub/.env``) is not uploaded, and a
+    warning names it. A run of an earlier release (no listing) uploads the files below the export's entries of its
+    manifest (``run_files.json``), links refused, with a warning that their content cannot be checked.
     """
-    from simcse_weince.training.runs import read_run_manifest, run_files
-
     folder = Path(directory)
+    listing_path = folder / EXPORT_LISTING
+    if listing_path.is_symlink():
+        raise ValueError(f"{listing_path} is a symbolic link, not the export's listing; {EXPORT_AGAIN}")
+    if not listing_path.exists():
+        return _unlisted_export_files(folder)
+    listed = _listed_files(folder, listing_path)
+    files = []
+    for name, record in sorted(listed.items()):
+        path = folder / name
+        for parent in [folder / Path(*Path(name).parts[:depth]) for depth in range(1, len(Path(name).parts) + 1)]:
+            if parent.is_symlink():
+                raise ValueError(
+                    f"{parent} is a symbolic link (to {os.readlink(parent)}): push uploads only the files the export "
+                    f"wrote; {EXPORT_AGAIN}"
+                )
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}, written by the export, is missing; {EXPORT_AGAIN}")
+        size = path.stat().st_size
+        if size != record["size"] or _sha256(path) != record["sha256"]:
+            raise ValueError(
+                f"{path} changed since the export wrote it ({record['size']:,} bytes, sha256 "
+                f"{record['sha256'][:12]} then; {size:,} bytes now): push uploads the export as it was written; "
+                f"{EXPORT_AGAIN}"
+            )
+        files.append((name, path))
+    unlisted = sorted(
+        path.relative_to(folder).as_posix()
+        for name in _export_entries(folder)
+        for path in _files_under(folder / name)
+        if (path.is_file() or path.is_symlink()) and path.relative_to(folder).as_posix() not in listed
+    )
+    if unlisted:
+        logger.warning("not uploading %s: the export did not write %s (%s records what it wrote)",
+                       ", ".join(unlisted), "them" if len(unlisted) > 1 else "it", EXPORT_LISTING)  # fmt: skip
+    return files
+
+
+def _unlisted_export_files(folder: Path) -> list[tuple[str, Path]]:
+    """:func:`export_files` of a folder without :data:`EXPORT_LISTING` (an earlier release's run)."""
+    from simcse_weince.training.run_folder import read_run_manifest
+
+    logger.warning("%s has no %s (an earlier release's export): pushing the files below the export's entries "
+                   "unchecked; run the same train command with --resume to record them", folder,
+                   EXPORT_LISTING)  # fmt: skip
     if read_run_manifest(folder) is None:
         logger.warning("%s has no run manifest (an earlier release's run): pushing the files named like an export",
                        folder)  # fmt: skip
-    names = sorted(name for name, kind in run_files(folder).items() if kind == "export")
     files = []
-    for name in names:
+    for name in _export_entries(folder):
         top = folder / name
-        if Path(name).name != name or name in ("", ".", ".."):
-            raise ValueError(f"{folder}/run_files.json names {name!r}, not an entry of the folder: refusing to push")
         if not top.exists() and not top.is_symlink():
             raise FileNotFoundError(f"{top} is missing from the export of {folder}; export the run again to push it")
-        if top.name.startswith("."):
-            continue  # a staging folder of the export: never part of it
-        paths = [top]
-        if top.is_dir() and not top.is_symlink():
-            paths = []
-            for root, dirs, file_names in os.walk(top):  # followlinks=False: a linked folder is listed, not entered
-                paths += [Path(root) / entry for entry in sorted(dirs + file_names)]
-        for path in paths:
+        for path in _files_under(top):
             if path.is_symlink():
                 raise ValueError(
                     f"{path} is a symbolic link (to {os.readlink(path)}): push uploads only the files the export "

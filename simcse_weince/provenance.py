@@ -40,7 +40,9 @@ def versions() -> dict:
     }
 
 
-#: sha256 of the training files hashed in this process, (path, size, mtime, inode) -> hex digest (compare clears it)
+#: sha256 of the training files hashed in this process, (path, size, mtime, inode, ctime) -> hex digest (compare
+#: clears it). The ctime is in the key because a rewrite that keeps the mtime (``cp -p``, ``rsync -t``, ``os.utime``)
+#: still moves it: no program can set it back
 _DIGESTS: dict[tuple, str] = {}
 
 
@@ -54,7 +56,7 @@ def file_fingerprint(path) -> dict:
     training data, checked on ``--resume``."""
     path = Path(path)
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
     if key not in _DIGESTS:
         digest = hashlib.sha256()
         with path.open("rb") as handle:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import types
 import typing
 from pathlib import Path
 
+from simcse_weince.records import read_json, read_yaml, type_name
 from simcse_weince.validation import describe_type
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ def convert_value(value, hint, name: str = "value"):
             return value
         raise ValueError(f"{name} must be one of {args}, got {value!r}")
     if origin is tuple:
+        if not isinstance(value, (list, tuple, str)):  # a YAML boolean (``report_to: off``) or a number
+            raise ValueError(f"{name} must be {describe_type(hint)}, got {wrong_type(value)}")
         if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
             value = ",".join(value)  # a flag's space-separated values may hold commas too: "a b,c"
         if isinstance(value, str) and value.strip().lower() in ("none", "null"):
@@ -86,9 +88,18 @@ def convert_value(value, hint, name: str = "value"):
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
+            raise ValueError(f"{name} must be a string, got {wrong_type(value)}")
         return value
     return value
+
+
+def wrong_type(value) -> str:
+    """How a refusal names a value of the wrong type read from a file or a flag; a boolean where none is expected
+    was most often a YAML word (``no``, ``off``, ``yes``, ``on`` are read as booleans)."""
+    if isinstance(value, bool):
+        return (f"the boolean {str(value).lower()} (YAML reads no/off/yes/on as booleans: quote the word, or "
+                f"write none for an empty list)")  # fmt: skip
+    return f"{type_name(value)} ({value!r})"
 
 
 def config_sections(cls) -> dict[str, type]:
@@ -157,29 +168,9 @@ def changed_settings(config, base) -> list[str]:
 
 def read_config_file(path: str | os.PathLike) -> dict:
     """Flat overrides from a YAML or JSON file (keys are TrainConfig fields, WEINCE fields under ``weince``)."""
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config file {path} not found")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"config file {path} is not UTF-8 text (invalid byte at offset {error.start}); save it as UTF-8"
-        ) from None
-    kind = "JSON" if path.suffix == ".json" else "YAML"
-    try:
-        values = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"config file {path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
-        ) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ValueError(f"config file {path} is not valid YAML: {problem}{where}; fix the file") from None
+    # a key given twice is refused, naming it: the readers of JSON and YAML keep the last one without a word
+    values = read_json(path, "config file") if path.suffix == ".json" else read_yaml(path, "config file")
     if values is None:
         return {}
     if not isinstance(values, dict):
@@ -310,15 +301,17 @@ def add_run_flags(parser: argparse.ArgumentParser):
     return run
 
 
-def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | None = None):
+def resolve_config(base, args: argparse.Namespace, aliases: dict[str, str] | None = None, saved_file=None):
     """The config a training command runs: ``base`` < ``--config FILE`` < flags. With ``--resume``, the run's saved
-    ``training_config.yaml`` replaces ``base`` (a warning names the settings the flags change)."""
+    ``training_config.yaml`` replaces ``base`` (a warning names the settings the flags change); ``saved_file``: the
+    output folder -> that file (the run folder's :func:`~simcse_weince.training.run_folder.config_of_record`)."""
     overrides = read_config_file(args.config) if args.config else {}
     overrides.update(overrides_from_args(args))
     config = apply_overrides(base, overrides, aliases)
-    saved = Path(config.output_dir).expanduser() / CONFIG_FILE
+    saved = (saved_file or (lambda folder: Path(folder).expanduser() / CONFIG_FILE))(config.output_dir)
     if args.resume and saved.is_file():
-        saved_config = load_config(type(base), saved, aliases)
+        # the folder the saved config was read from is the run's, however it is spelt now (".", "R/", "../R")
+        saved_config = apply_overrides(load_config(type(base), saved, aliases), {"output_dir": config.output_dir})
         config = apply_overrides(saved_config, overrides, aliases)
         check_resume_settings(config, saved_config, saved)
     return config

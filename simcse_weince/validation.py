@@ -17,7 +17,14 @@ import typing
 import unicodedata
 from pathlib import Path
 
-__all__ = ["check_field_types", "check_regular_file", "check_utf8_text_file", "has_visible_character"]
+__all__ = [
+    "Domain",
+    "check_domains",
+    "check_field_types",
+    "check_regular_file",
+    "check_utf8_text_file",
+    "has_visible_character",
+]
 
 
 def describe_type(hint) -> str:
@@ -27,7 +34,8 @@ def describe_type(hint) -> str:
     if origin is typing.Literal:
         return " or ".join(repr(arg) for arg in args)
     if origin is tuple:
-        return f"a list of {describe_type(args[0])}"
+        plural = {int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(args[0]) or describe_type(args[0])}"
     return {
         int: "an integer",
         float: "a number",
@@ -81,6 +89,56 @@ def check_field_types(instance) -> None:
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{owner}.{field.name} must be a finite number, got {value}")
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The values a numeric setting may take, as the method defines them: an interval, each end closed or open.
+
+    ``why`` says what the bound means (shown in parentheses); ``shown`` writes the domain instead of its bounds.
+
+    >>> str(Domain(0, 1, high_closed=False)), 0.5 in Domain(0, 1), str(Domain(0, low_closed=False))
+    ('in [0, 1)', True, '> 0')
+    """
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_closed: bool = True
+    high_closed: bool = True
+    why: str = ""
+    shown: str = ""
+
+    def __contains__(self, value) -> bool:
+        above = value >= self.low if self.low_closed else value > self.low
+        below = value <= self.high if self.high_closed else value < self.high
+        return bool(above and below)
+
+    def __str__(self) -> str:
+        if self.shown:
+            return self.shown
+        if self.low == -math.inf and self.high == math.inf:
+            return "a finite number"
+        if self.high == math.inf:
+            return f"{'>=' if self.low_closed else '>'} {_number(self.low)}"
+        if self.low == -math.inf:
+            return f"{'<=' if self.high_closed else '<'} {_number(self.high)}"
+        left, right = "[" if self.low_closed else "(", "]" if self.high_closed else ")"
+        return f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
+
+
+def check_domains(instance, domains: dict[str, Domain]) -> None:
+    """Raise ValueError naming the field, its domain and the value when a numeric field of ``instance`` lies outside
+    the :class:`Domain` that ``domains`` gives it (None and the words of a field, ``"auto"``, are not numbers: the
+    field's type check allows them)."""
+    for name, domain in domains.items():
+        value = getattr(instance, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value not in domain:
+            why = f" ({domain.why})" if domain.why else ""
+            raise ValueError(f"{name} must be {domain}{why}, got {value}")
 
 
 def check_utf8_text_file(path: str | os.PathLike, what: str = "file") -> None:

@@ -60,6 +60,10 @@ def world(tmp_path_factory, data_dir):
         "bad.json": b'{"batch_size": 16,}',
         "list.yaml": b"- batch_size\n- 16\n",
         "unknown.yaml": b"batch_sise: 16\n",
+        "twice.yaml": b"batch_size: 16\nseed: 1\nbatch_size: 32\n",
+        "twice.json": b'{"weince": {"quantile": 0.3, "quantile": 0.5}}',
+        "final-tasks-no.yaml": b"final_tasks: no\n",
+        "report-to-off.yaml": b"report_to: off\n",
         "sentences.txt": "\n".join(f"sentence number {i}" for i in range(20)).encode(),
         "zero-width": "\u200b\n\ufeff\n \u200b\ufeff\t\n\u2060\n".encode() * 10,  # 40 lines, nothing visible
     }
@@ -140,6 +144,17 @@ CASES = [
     T("list-config", "--config", "{root}/list.yaml", "--output-dir", "{root}/new", expect="must hold a mapping"),
     T("unknown-key-config", "--config", "{root}/unknown.yaml", "--output-dir", "{root}/new",
       expect="unknown config setting 'batch_sise'"),
+    # a key given twice is refused (a YAML or JSON reader keeps the last one silently); a YAML boolean where a
+    # list is expected is named with the field and what it expects
+    T("duplicate-key-yaml-config", "--config", "{root}/twice.yaml", "--output-dir", "{root}/new",
+      expect="config file {root}/twice.yaml holds the key 'batch_size' twice in one mapping (line 3", absent="{root}/new"),
+    T("duplicate-key-json-config", "--config", "{root}/twice.json", "--output-dir", "{root}/new",
+      expect="config file {root}/twice.json holds the key 'quantile' twice", absent="{root}/new"),
+    T("yaml-boolean-final-tasks", "--config", "{root}/final-tasks-no.yaml", "--output-dir", "{root}/new",
+      expect="final_tasks must be a list of strings, got the boolean false (YAML reads no/off/yes/on as booleans",
+      absent="{root}/new"),
+    T("yaml-boolean-report-to", "--config", "{root}/report-to-off.yaml", "--output-dir", "{root}/new",
+      expect="report_to must be a list of strings, got the boolean false", absent="{root}/new", base=False),
     # --- train: range checks (and no training_config.yaml stub left behind)
     T("bad-lr-scheduler", "--lr-scheduler", "warmup_cosine", "--output-dir", "{root}/new",
       expect="unknown lr_scheduler 'warmup_cosine'", absent="{root}/new"),
@@ -395,31 +410,24 @@ def test_overwrite_puts_the_earlier_run_back_when_the_new_one_fails_before_its_f
     with pytest.raises(FileNotFoundError):
         train(config, overwrite=True)
     assert tree_digest(run) == before
-    assert not (tmp_path / ".run.previous-run").exists()
+    assert not (run / ".simcse-weince.previous-run").exists()
 
 
-def test_a_model_inside_the_output_folder_can_be_retrained_with_overwrite(world, tmp_path):
-    """The run's own exported model as the base model of a new run in the same folder: loaded first, then the
-    folder is replaced; the earlier run is gone only once the new one has its first checkpoint."""
+def test_a_model_inside_the_output_folder_is_retrained_into_another_folder(world, tmp_path, capsys):
+    """The run's own exported model as the base model of a new run: --overwrite of its own folder would replace
+    the model it trains from, so it is refused naming the next step, which works."""
     run = tmp_path / "run"
     shutil.copytree(world["run"], run)
+    before = tree_digest(run)
     code = main(["train", *world["flags"], "--model", str(run), "--output-dir", str(run), "--overwrite",
                  "--max-steps", "3"])  # fmt: skip
+    assert code == 1 and f"train into another folder (--output-dir {run}-2)" in capsys.readouterr().err
+    assert tree_digest(run) == before
+    code = main(["train", *world["flags"], "--model", str(run), "--output-dir", f"{run}-2", "--max-steps", "3"])
     assert code == 0
-    results = json.loads((run / "results.json").read_text())
+    results = json.loads((tmp_path / "run-2" / "results.json").read_text())
     assert results["total_steps"] == 3 and results["config"]["model"] == str(run)
-    assert [path.name for path in sorted((run / "checkpoints").glob("step-*"))] == ["step-0000002"]
-    assert not (tmp_path / ".run.previous-run").exists()
-
-
-def test_a_run_left_aside_by_a_killed_overwrite_start_is_never_deleted(world, tmp_path, capsys):
-    run, previous = tmp_path / "run", tmp_path / ".run.previous-run"
-    shutil.copytree(world["run"], previous)
-    run.mkdir()
-    assert main(["train", *world["flags"], "--output-dir", str(run), "--overwrite"]) == 1
-    err = capsys.readouterr().err
-    assert f"{previous} holds the earlier run of {run}" in err and f"move what it holds back into {run}" in err
-    assert tree_digest(previous) == world["digest"]
+    assert tree_digest(run) == before
 
 
 # ------------------------------------------------------------------------------------- damaged checkpoints

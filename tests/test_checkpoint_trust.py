@@ -23,7 +23,7 @@ from train_helpers import copy_run, make_tiny_model, resume_run, tree_digest, wr
 from simcse_weince.cli import main
 from simcse_weince.settings import apply_overrides, load_config
 from simcse_weince.text.config import TrainConfig
-from simcse_weince.training.runs import list_checkpoints, verify_checkpoint, write_manifest
+from simcse_weince.training.checkpoints import list_checkpoints, verify_checkpoint, write_manifest
 
 STEPS = 5  # checkpoints at steps 2 and 4 (save_total_limit 2)
 

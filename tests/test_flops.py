@@ -181,8 +181,8 @@ def test_a_run_resumed_from_a_checkpoint_without_flop_counts_reports_no_mfu(
     monkeypatch.setattr(loop, "stop_requested", lambda *args: next(steps) == 2)  # as a Ctrl-C after step 2
     fresh_state = loop.new_trainer_state
 
-    def earlier_release_state(**extra):  # the trainer state before model_flops was in it
-        state = fresh_state(**extra)
+    def earlier_release_state(*args, **extra):  # the trainer state before model_flops was in it
+        state = fresh_state(*args, **extra)
         del state["model_flops"]
         return state
 

@@ -12,6 +12,8 @@ The encoders are tiny random-initialised configurations built here, with all-Min
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 import shutil
 from pathlib import Path
@@ -199,6 +201,42 @@ def test_evaluate_and_diagnose_refuse_an_exported_model_without_its_tokenizer(re
         argv = ["diagnose", str(folder), "--data", str(sentences), "--output-dir", str(tmp_path / "report")]
         assert "reads ordinary text as nothing but unknown tokens" in _one_error_line(capsys, argv)
         assert not (tmp_path / "report" / "report.json").exists()
+
+
+#: a SentencePiece tokenizer file and the tokenizer class of the models that ship one alone
+SENTENCEPIECE_FOLDERS = [("sentencepiece.bpe.model", "XLMRobertaTokenizer"), ("spm.model", "DebertaV2Tokenizer")]
+
+
+@pytest.mark.parametrize("filename, tokenizer_class", SENTENCEPIECE_FOLDERS, ids=[f for f, _ in SENTENCEPIECE_FOLDERS])
+def test_a_tokenizer_that_needs_a_missing_package_names_it(received, train_file, tmp_path, capsys, filename,
+                                                           tokenizer_class):  # fmt: skip
+    """A folder whose tokenizer is only a SentencePiece model, where sentencepiece is not installed: train,
+    evaluate (both loaders) and diagnose name sentencepiece and its install command (transformers falls back to
+    its tiktoken reader and names tiktoken)."""
+    if importlib.util.find_spec("sentencepiece") is not None:
+        pytest.skip("sentencepiece is installed: the folder loads")
+    folder = tmp_path / "received"
+    shutil.copytree(received["good"], folder)
+    for name in ("tokenizer.json", "vocab.txt", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**settings, "tokenizer_class": tokenizer_class}))
+    (folder / filename).write_bytes(b"\n\x0bsentencepiece model bytes")
+    expected = (f"cannot load the model '{folder}': its tokenizer is the SentencePiece model {folder / filename} (the "
+                "folder has no tokenizer.json), and reading it needs the sentencepiece package, which is not "
+                "installed: pip install sentencepiece")  # fmt: skip
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(f"sentence number {i}" for i in range(20)), encoding="utf-8")
+    commands = {
+        "train": _train_flags(folder, train_file, tmp_path / "run"),
+        "evaluate": ["evaluate", str(folder), "--tasks", "stsb", "--split", "dev", "--no-progress"],
+        "evaluate --pooler avg": ["evaluate", str(folder), "--tasks", "stsb", "--split", "dev", "--pooler", "avg"],
+        "diagnose": ["diagnose", str(folder), "--data", str(sentences), "--output-dir", str(tmp_path / "report")],
+    }
+    for command, argv in commands.items():
+        line = _one_error_line(capsys, argv)
+        assert expected in line and "tiktoken" not in line, (command, line)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "report" / "report.json").exists()
 
 
 # ------------------------------------------------------------------------------------------ lengths

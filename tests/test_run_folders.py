@@ -26,7 +26,8 @@ import pytest
 from train_helpers import make_tiny_model, subprocess_env, tree_digest, write_train_file
 
 from simcse_weince.cli import main
-from simcse_weince.training.runs import LOCK_FILE, RUN_MANIFEST, list_checkpoints
+from simcse_weince.training.checkpoints import list_checkpoints
+from simcse_weince.training.run_folder import LOCK_FILE, RUN_MANIFEST
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +100,9 @@ def test_overwrite_keeps_the_users_files_and_the_new_runs_training_file_and_take
     manifest = json.loads((run / RUN_MANIFEST).read_text())
     assert manifest["run_id"] != old_manifest["run_id"]
     assert not {"mydata.txt", "NOTES.md", "plots"} & set(manifest["files"])
-    assert not (tmp_path / ".run.previous-run").exists() and not (run / LOCK_FILE).exists()
+    assert not (run / ".simcse-weince.previous-run").exists() and not (run / LOCK_FILE).exists()
     assert f"pid {holder.pid} on {socket.gethostname()}" in caplog.text and "has ended" in caplog.text
-    assert "NOTES.md" in caplog.text and f"mydata.txt (holds the input {mydata})" in caplog.text
+    assert "left what it did not write: NOTES.md, mydata.txt, plots" in caplog.text
     # the run can be continued: its training file is where results.json says
     assert main(["train", *finished["flags"], "--train-file", str(mydata), "--output-dir", str(run), "--resume",
                  "--max-steps", "4"]) == 0  # fmt: skip
@@ -117,7 +118,8 @@ def test_overwrite_refuses_a_file_it_did_not_write_where_the_new_run_writes(fini
                  "--overwrite"])  # fmt: skip
     assert code == 1
     line = _error_line(capsys)
-    assert f"{run / 'README.md'} was not written by the run in {run}" in line and "move it elsewhere" in line
+    assert f"the run in {run} did not write {run / 'README.md'}, where the new run writes" in line
+    assert "move it elsewhere" in line
     assert tree_digest(run) == before
 
 
@@ -160,7 +162,7 @@ def test_resume_refuses_a_checkpoint_saved_by_another_run(finished, tmp_path, ca
 def _hold_lock(*folders):
     """A second process that holds the lock of each folder (as a running ``train`` does) until it is stopped."""
     code = (
-        "import sys; from pathlib import Path; from simcse_weince.training.runs import OutputLock; "
+        "import sys; from pathlib import Path; from simcse_weince.training.run_folder import OutputLock; "
         "locks = [OutputLock(Path(folder)).acquire() for folder in sys.argv[1:]]; print('held', flush=True); "
         "sys.stdin.read()"
     )
@@ -236,7 +238,7 @@ def test_push_uploads_exactly_the_export_and_never_prints_the_token(finished, tm
         path.relative_to(finished["run"]).as_posix()
         for path in finished["run"].rglob("*")
         if path.is_file() and path.relative_to(finished["run"]).parts[0] not in ("checkpoints", "logs")
-    } - {"training_config.yaml", "run_files.json"}
+    } - {"training_config.yaml", "run_files.json", "export_files.json"}
     assert set(uploaded) == model_files  # every file of the export, nothing else
     assert {"modules.json", "model.safetensors", "README.md", "results.json", "1_Pooling/config.json"} <= set(uploaded)
     assert uploaded["model.safetensors"] == (folder / "model.safetensors").read_bytes()

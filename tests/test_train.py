@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -251,6 +253,29 @@ def test_sentences_skip_empty_lines_and_bad_files_are_clear(tmp_path):
     (tmp_path / "blank.txt").write_text("\n \n\n")
     with pytest.raises(ValueError, match="no sentences"):
         load_sentences(tmp_path / "blank.txt")
+
+
+def test_prepared_lines_follow_the_file_content_not_its_path_and_mtime(tmp_path):
+    """A training file rewritten with other lines of the same size, its mtime kept (``cp -p``, ``rsync -t`` do
+    this), is read anew: the prepared-data cache is keyed by the sha256 the run records, not by path and mtime
+    (🤗 datasets' own key), and the recorded fingerprint is the one of the lines read."""
+    from simcse_weince.provenance import file_fingerprint
+    from simcse_weince.text.data import prepared_data_cache
+
+    path = tmp_path / "data.txt"
+    first = [f"old sentence {i:03d}" for i in range(40)]
+    path.write_text("\n".join(first) + "\n", encoding="utf-8")
+    kept = path.stat()
+    assert load_sentences(path)[0]["text"] == first
+    assert load_sentences(path)[0]["text"] == first  # now from the cache
+    second = [f"new sentence {i:03d}" for i in range(40)]  # the same size
+    path.write_text("\n".join(second) + "\n", encoding="utf-8")
+    os.utime(path, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (kept.st_size, kept.st_mtime_ns)
+    assert load_sentences(path)[0]["text"] == second
+    fingerprint = file_fingerprint(path)
+    assert fingerprint["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert prepared_data_cache(path).name == f"text-{fingerprint['sha256']}"
 
 
 def test_bad_runs_fail_early_with_clear_messages(tmp_path, tiny_model, train_file, capsys):

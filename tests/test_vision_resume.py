@@ -116,7 +116,7 @@ def test_vision_flags_come_from_the_config_and_old_names_still_work(capsys):
 
 def test_vision_stops_at_a_non_finite_loss_before_it_reaches_a_checkpoint(tmp_path, monkeypatch):
     import simcse_weince.vision.trainer as vision_train
-    from simcse_weince.training.runs import list_checkpoints
+    from simcse_weince.training.checkpoints import list_checkpoints
 
     class NaNAtStepTwo(vision_train.ContrastiveObjective):  # the real objective, with a NaN loss at step 2
         calls = 0

@@ -12,7 +12,7 @@ pytest.importorskip("torchvision")
 
 from simcse_weince import WeinceConfig
 from simcse_weince.losses.from_embeddings import ContrastiveObjective
-from simcse_weince.training.runs import list_checkpoints, read_trainer_state
+from simcse_weince.training.checkpoints import list_checkpoints, read_trainer_state
 from simcse_weince.vision.config import VisionTrainConfig
 from simcse_weince.vision.trainer import load_pretrained, train
 

@@ -45,11 +45,14 @@ CORE, TRAIN, LOOP = "simcse_weince/weince/loss.py", "simcse_weince/text/trainer.
 ENCODERS = "simcse_weince/evaluation/encoders.py"
 TAIL, SPEEDUPS = "simcse_weince/weince/tail.py", "simcse_weince/weince/speedups.py"
 COLUMNS = "simcse_weince/losses/_columns.py"
-RESULTS, RUNS = "simcse_weince/text/results.py", "simcse_weince/training/runs.py"
+RESULTS = "simcse_weince/text/results.py"
 OBJECTIVE = "simcse_weince/losses/from_embeddings.py"  # the trainers' ContrastiveObjective
 VISION_TRAIN, AUGMENT = "simcse_weince/vision/trainer.py", "simcse_weince/vision/augment.py"
 TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
+RUN_FOLDER, CHECKPOINT_FILES = "simcse_weince/training/run_folder.py", "simcse_weince/training/checkpoints.py"
+WALKS = "tests/test_run_folder_faults.py"
+CASES, FOLDER_IO = "tests/test_run_folder_cases.py", "simcse_weince/training/folder_io.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
@@ -290,15 +293,19 @@ MUTATIONS = (
         ("tests/test_train_gradcache.py", "-k", "replayed"), "the second pass must see the first pass's masks",
     ),
     Mutation(
-        "run folder: resume trusts a checkpoint whose sha256 differs", RUNS,
+        "run folder: resume trusts a checkpoint whose sha256 differs", CHECKPOINT_FILES,
         (('elif _sha256(path) != entry["sha256"]:', "elif False:"),),
         ("tests/test_bad_inputs.py", "-k", "falls_back and flipped"), "a same-size corruption is only seen by the hash",
     ),
     Mutation(
-        "run folder: a failed --overwrite start does not put the earlier run back", RUNS,
-        (("        os.replace(entry, output_dir / entry.name)\n    previous.rmdir()\n",
-          "        pass\n    shutil.rmtree(previous)\n"),),
+        "run folder: a failed --overwrite start does not put the earlier run back", RUN_FOLDER,
+        (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
         ("tests/test_bad_inputs.py", "-k", "puts_the_earlier_run_back"), "issue 12: --overwrite lost the earlier run",
+    ),
+    Mutation(
+        "--overwrite: a start killed during its moves is not put back", RUN_FOLDER,
+        (("            folder_io.move(output_dir, aside / name, output_dir / name)\n", "            pass\n"),),
+        (CASES, "-k", "stopped_overwrite"), "a kill during the move aside or the restore must be settled",
     ),
     # ---- throughput: precision and padding
     Mutation(
@@ -487,8 +494,8 @@ MUTATIONS = (
         ("tests/test_bad_inputs.py", "-k", "underflow or overflow"), "issue 39.2: refused before any file is written",
     ),
     Mutation(
-        "run folder: a start that fails before its first checkpoint leaves a half-made run", RUNS,
-        (("                self._undo_fresh_start()\n", "                pass\n"),),
+        "run folder: a start that fails before its first checkpoint leaves a half-made run", RUN_FOLDER,
+        (("                        folder_io.remove(self.output_dir, self.output_dir / name)\n", "                        pass\n"),),  # noqa: E501
         ("tests/test_bad_inputs.py", "-k", "as_found"), "issue 39.2: the same command must be able to run again",
     ),
     Mutation(
@@ -526,22 +533,22 @@ MUTATIONS = (
     ),
     # ---- issue 24: checkpoints
     Mutation(
-        "checkpoints: the files of a checkpoint without a manifest are unpickled", RUNS,
+        "checkpoints: the files of a checkpoint without a manifest are unpickled", CHECKPOINT_FILES,
         (("load_tensors(path)  # never unpickled", 'torch.load(path, map_location="cpu", weights_only=False)  #'),),
         (TRUST, "-k", "without_manifest"), "issue 24.1: a crafted extra.pt ran code on --resume",
     ),
     Mutation(
-        "checkpoints: Accelerate loads the files before they are read as tensors only", RUNS,
+        "checkpoints: Accelerate loads the files before they are read as tensors only", CHECKPOINT_FILES,
         (("        if path.suffix in PICKLE_SUFFIXES:\n            try:", "        if False:\n            try:"),),
         (TRUST, "-k", "extra_terms"), "issue 24.1: Accelerate unpickles custom_checkpoint_*.pkl fully",
     ),
     Mutation(
-        "checkpoints: a failed write is not named (the bare OSError)", RUNS,
+        "checkpoints: a failed write is not named (the bare OSError)", CHECKPOINT_FILES,
         (("    if isinstance(error, OSError):\n        return error.strerror", "    if False:\n        return error.strerror"),),  # noqa: E501
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: one line naming the folder and the cause",
     ),
     Mutation(
-        "checkpoints: a failed write leaves its partial .tmp", RUNS,
+        "checkpoints: a failed write leaves its partial .tmp", CHECKPOINT_FILES,
         (("        shutil.rmtree(partial, ignore_errors=True)\n", "        pass\n"),),
         (TRUST, "-k", "full_disk_during_a_checkpoint"), "issue 24.4: the .tmp kept the disk full for the resume",
     ),
@@ -551,7 +558,7 @@ MUTATIONS = (
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
-        "checkpoints: the RNG state behind a manifest is not checked", RUNS,
+        "checkpoints: the RNG state behind a manifest is not checked", CHECKPOINT_FILES,
         (("hides nothing from this: the RNG state must restore\n    return problems or _rng_state_problems(checkpoint)",
           "hides nothing from this: the RNG state must restore\n    return problems"),),
         (TRUST, "-k", "rng"), "issue 24.6: Accelerate logs a failed RNG restore at INFO and resumes",
@@ -826,29 +833,28 @@ MUTATIONS = (
     ),
     # ---- issue 54: run folders (i54runs)
     Mutation(
-        "run folder: --overwrite moves aside every entry, the user's and the new run's inputs too", RUNS,
-        (("            if name in owned and name not in held:\n", "            if True:\n"),),
+        "run folder: --overwrite moves aside every entry, the user's and the new run's inputs too", RUN_FOLDER,
+        (("[name for name in _entries(output_dir) if name in owned], run_id)", "_entries(output_dir), run_id)"),),
         (RUN_FOLDERS, "-k", "overwrite_keeps"), "issue 54.1: --overwrite deleted mydata.txt and NOTES.md",
     ),
     Mutation(
-        "run folder: --overwrite writes over a user's file where the new run writes", RUNS,
+        "run folder: --overwrite writes over a user's file where the new run writes", RUN_FOLDER,
         (("        if in_the_way:\n", "        if False:\n"),),
         (RUN_FOLDERS, "-k", "refuses_a_file_it_did_not_write"), "issue 54.1: anything else in the way is named",
     ),
     Mutation(
-        "resume: a checkpoint of another output folder is continued", RUNS,
+        "resume: a checkpoint of another output folder is continued", CHECKPOINT_FILES,
         (("    if checkpoint.resolve().parent != (output_dir / CHECKPOINTS).resolve():\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "another_output_folder"), "issue 54.2: --resume B/checkpoints/step-N continued B in A",
     ),
     Mutation(
-        "resume: a checkpoint of another run is continued", RUNS,
+        "resume: a checkpoint of another run is continued", CHECKPOINT_FILES,
         (("    if checkpoint_run and folder_run and checkpoint_run != folder_run:\n", "    if False:\n"),),
         (RUN_FOLDERS, "-k", "saved_by_another_run"), "issue 54.2: the run id recorded at step 0 is not compared",
     ),
     Mutation(
-        "lock: a second writer on the same output folder is not refused", RUNS,
-        (("                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
-          "                    pass\n"),),
+        "lock: a second writer on the same output folder is not refused", RUN_FOLDER,
+        (("                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)\n", "                pass\n"),),
         (RUN_FOLDERS, "-k", "second_writer"), "issue 54.7: two processes on one --output-dir both started",
     ),
     Mutation(
@@ -865,12 +871,13 @@ MUTATIONS = (
         "push: uploads every file of the folder, not only the export", "simcse_weince/hub.py",
         (("for name, kind in run_files(folder).items() if kind == \"export\")", "for name in _all(folder))"),
          ("def export_files(directory)", "def _all(folder):\n    return [p.name for p in folder.iterdir()]\n\n\n"
-          "def export_files(directory)")),
+          "def export_files(directory)"),
+         ("    if not listing_path.exists():\n", "    if True:\n")),
         (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded a stale .export.tmp",
     ),
     Mutation(
         "push: follows a link in the export to a file outside the run", "simcse_weince/hub.py",
-        (("            if path.is_symlink():\n", "            if False:\n"),),
+        (("            if parent.is_symlink():\n", "            if False:\n"),),
         (RUN_FOLDERS, "-k", "push"), "issue 54.12: push uploaded the contents of symlinked files outside the run",
     ),
     # ---- issue 54: data parts, scores, fast path (i54data)
@@ -919,6 +926,80 @@ MUTATIONS = (
         (("    def on_substep_end(self, args, state, control, **kwargs):\n        self._collect()\n", ""),),
         ("tests/test_statistics_callback.py", "-k", "mean_of_the_steps"), "λ averaged over a quarter of the batches",
     ),
+    # ---- what the tool reads: prepared data keyed by content, strict JSON / YAML / step-log readers
+    Mutation(
+        "data: prepared lines keyed by path and mtime again (datasets' own key)", "simcse_weince/text/data.py",
+        (('split="train", cache_dir=str(cache_dir))', 'split="train")'),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "a file rewritten with its mtime kept trains on its old lines",
+    ),
+    Mutation(
+        "data: the in-process digest memo keyed without the ctime", "simcse_weince/provenance.py",
+        (("stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)", "stat.st_mtime_ns, stat.st_ino)"),),
+        ("tests/test_train.py", "-k", "prepared_lines"), "the recorded sha256 would be the old content's",
+    ),
+    Mutation(
+        "records: a JSON key given twice last-wins", "simcse_weince/records.py",
+        (("json.loads(text, object_pairs_hook=no_duplicate_keys(source))", "json.loads(text)"),),
+        ("tests/test_records.py", "-k", "twice or trust"), "compare read the second of two scores",
+    ),
+    Mutation(
+        "records: a YAML key given twice last-wins", "simcse_weince/records.py",
+        (("                    if duplicate:\n", "                    if False:\n"),),
+        ("tests/test_records.py", "-k", "twice"), "a --config setting given twice applied its last value silently",
+    ),
+    Mutation(
+        "records: a negative count accepted", "simcse_weince/records.py",
+        (("    if value < minimum:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "count or trust"), "a results.json with total_steps -3 was reused",
+    ),
+    Mutation(
+        "records: a step logged twice kept", "simcse_weince/records.py",
+        (("            if (step, name) in seen:\n", "            if False:\n"),),
+        ("tests/test_records.py", "-k", "step_log"), "diagnose plotted both rows of one step",
+    ),
+    Mutation(
+        "records: an all-NaN statistic reported as a missing column", "simcse_weince/diagnostics/plots.py",
+        (("    if not series and only_nan:\n", "    if False:\n"),),
+        ("tests/test_records.py", "-k", "all_nan"), "a log of NaN statistics was called a log without them",
+    ),
+    Mutation(
+        "config: a YAML boolean where a list is expected iterated", "simcse_weince/settings.py",
+        (("        if not isinstance(value, (list, tuple, str)):", "        if False:"),),
+        ("tests/test_records.py", "-k", "yaml_boolean"), "final_tasks: no failed with 'bool' object is not iterable",
+    ),
+    Mutation(
+        "tokenizer: a missing optional package not named", "simcse_weince/encoder_checks.py",
+        (('    if found is None or importlib.util.find_spec("sentencepiece") is not None:', "    if True:"),),
+        ("tests/test_model_inputs.py", "-k", "missing_package"), "a SentencePiece folder failed naming tiktoken",
+    ),
+    Mutation(
+        "push: uploads the folder's listing, not the export's record", "simcse_weince/hub.py",
+        (("    if not listing_path.exists():\n        return _unlisted_export_files(folder)",
+          "    if True:\n        return _unlisted_export_files(folder)"),),
+        ("tests/test_push_export.py", "-k", "added_inside"), "a .env added inside 1_Pooling/ was uploaded",
+    ),
+    Mutation(
+        "push: a listed file's hash not compared", "simcse_weince/hub.py",
+        (("        if size != record[\"size\"] or _sha256(path) != record[\"sha256\"]:", "        if False:"),),
+        ("tests/test_push_export.py", "-k", "not_as_the_export"), "an edited model card was uploaded as the export",
+    ),
+    Mutation(
+        "push: the export's listing written through a link", "simcse_weince/hub.py",
+        (("        temporary.unlink()  # a leftover (or a planted link): removed, not opened\n", "        pass\n"),
+         ('os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)', "os.O_TRUNC")),
+        ("tests/test_push_export.py", "-k", "through_a_link"), "a planted link's target was overwritten",
+    ),
+    Mutation(
+        "domains: a numeric setting without its domain (kappa_rho)", "simcse_weince/weince/config.py",
+        (('    "kappa_rho": Domain(', '    "_kappa_rho": Domain('),),
+        ("tests/test_setting_domains.py", "-k", "has_a_domain or kappa_rho"), "a zero slope fixed lambda_rho at 1/2",
+    ),
+    Mutation(
+        "domains: an open end checked as closed", "simcse_weince/validation.py",
+        (("        above = value >= self.low if self.low_closed else value > self.low\n",
+          "        above = value >= self.low\n"),),
+        ("tests/test_setting_domains.py", "-k", "temperature"), "temperature 0 was accepted",
+    ),
     # ---- the trainer's MultipleNegativesRankingLoss options (issue 53)
     Mutation(
         "train: MNRL options not checked", "simcse_weince/text/config.py",
@@ -946,6 +1027,91 @@ MUTATIONS = (
         "a loss's settings not normalised at construction (directions as given)", FROM_EMBEDDINGS,
         (("        object.__setattr__(self, \"directions\", directions)\n", ""),),
         ("tests/test_renamed_names.py", "-k", "validated_once"), "issue 55.2: the options are checked once",
+    ),
+    # ---- the run folder, explored by random walks (tests/test_run_folder_faults.py: its scripted walks and seeds)
+    Mutation(
+        "lock: opened through a link planted at its path", RUN_FOLDER,
+        (("            if os.path.islink(self.path):\n                raise folder_io.LinkInRunFolder(",
+          "            if False:\n                raise folder_io.LinkInRunFolder("),
+         ("flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC",
+          "flags = os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC")),
+        (WALKS, "-k", "linked_lock"), "ln -s ~/victim.txt R/.simcse-weince.lock: the victim held the lock's JSON",
+    ),
+    Mutation(
+        "run identity: a restart from step 0 draws a new run id, the manifest keeps the old one", RUN_FOLDER,
+        (("                self.run_id = folder_run_id(self.output_dir) if resume else None\n            except",
+          "                self.run_id = None\n            except"),
+         ('                manifest["run_id"] = run_id\n',
+          '                manifest["run_id"] = manifest.get("run_id") or run_id\n')),
+        (WALKS, "-k", "restart_from_step_0"), "killed before a checkpoint, resumed, killed after one: refused",
+    ),
+    Mutation(
+        "--overwrite: a start killed before its first checkpoint drops the run it replaced", RUN_FOLDER,
+        (('    if record["run_id"] in map(checkpoints.checkpoint_run_id, checkpoints.list_checkpoints(output_dir)):',
+          "    if True:"),),
+        (WALKS, "-k", "killed_overwrite"), "a kill before its checkpoint lost the earlier run",
+    ),
+    Mutation(
+        "--resume: the settings compared with themselves, not with the checkpoint's record", CHECKPOINT_FILES,
+        (("    saved, now = _flat(record), _flat(settings_of_record(config))",
+          "    saved, now = _flat(settings_of_record(config)), _flat(settings_of_record(config))"),),
+        (WALKS, "-k", "edited_settings"), "an edited seed resumed without a word",
+    ),
+    Mutation(
+        "--resume: without run_files.json a checkpoint's run id is not compared", RUN_FOLDER,
+        (('return manifest.get("run_id") or _RUN_ID_LINE', 'return manifest.get("run_id") or None and _RUN_ID_LINE'),),
+        (WALKS, "-k", "another_runs_checkpoint"), "its weights continued under R",
+    ),
+    Mutation(
+        "run folder: a link where the run writes is not refused at the start", RUN_FOLDER,
+        (("                folder_io.check_entries(self.output_dir, WRITTEN)\n", "                pass\n"),),
+        (WALKS, "-k", "edited_settings"), "a link at README.md: trained, then failed",
+    ),
+    # ---- the run folder's classes, one case each (tests/test_run_folder_cases.py)
+    Mutation(
+        "lock: kept by a forked child (a loader worker) after its parent is killed", RUN_FOLDER,
+        (("os.register_at_fork(after_in_child=_close_locks_in_child)\n", "\n"),),
+        (CASES, "-k", "forked_child"), "--num-workers 2, main process killed: the resume was refused as in use",
+    ),
+    Mutation(
+        "lock: another host's lock file without a flock is taken over", RUN_FOLDER,
+        (('        if found and found.get("host") != socket.gethostname():\n', "        if False:\n"),),
+        (CASES, "-k", "another_host"), "a run on another host cannot be checked from here",
+    ),
+    Mutation(
+        "lock: a FIFO at the lock's path is used as the lock", RUN_FOLDER,
+        (("        if not stat.S_ISREG(mode):\n", "        if False:\n"),),
+        (CASES, "-k", "fifo"), "mkfifo R/.simcse-weince.lock: 'File or stream is not seekable.' without a path",
+    ),
+    Mutation(
+        "folder_io: a write follows a link inside the run folder", FOLDER_IO,
+        (("        if (entry_too or index < len(parts) - 1) and os.path.islink(current):\n", "        if 0:\n"),),  # noqa: E501
+        (CASES, "-k", "link_where_the_run_writes"), "a link at README.md or logs/: card and log written outside",
+    ),
+    Mutation(
+        "--overwrite: the model it trains from is moved aside", RUN_FOLDER,
+        (("        for given, where in _inputs_replaced(output_dir, inputs, owned):\n", "        for given, where in []:\n"),),  # noqa: E501
+        (CASES, "-k", "model_it_trains_from"), "--model R --output-dir R --overwrite: the base model deleted",
+    ),
+    Mutation(
+        "--overwrite: a move that fails leaves the run split between two folders", RUN_FOLDER,
+        (("            for done in reversed(moved):\n", "            for done in []:\n"),),
+        (CASES, "-k", "cannot_be_moved"), "chattr +i on one entry: nothing was put back",
+    ),
+    Mutation(
+        "--resume: the checkpoint's settings of record are not compared", LOOP,
+        (("        check_settings_of_record(state, run.config, folder.checkpoint)\n", ""),),
+        (CASES, "-k", "checkpoints_settings"), "an edited training_config.yaml trained steps with another batch size",
+    ),
+    Mutation(
+        "run identity: the training_config.yaml header is not read without run_files.json", RUN_FOLDER,
+        (("_RUN_ID_LINE.match((output_dir", "None.match((output_dir"),),
+        (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
+    ),
+    Mutation(
+        "run identity: the folder's id not kept on a restart from step 0", LOOP,
+        (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
+        (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",
     ),
 )
 # fmt: on

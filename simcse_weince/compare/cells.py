@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simcse_weince.paths import child_folder
+from simcse_weince.records import FIX, RecordError, check_count, loads_json, read_yaml, type_name
 from simcse_weince.settings import (
     CONFIG_FILE,
     apply_overrides,
@@ -88,15 +89,10 @@ def load_variants(path, builtins: Mapping[str, dict]) -> dict[str, dict]:
 
     Example: a file holding ``q03: {loss: weince, weince: {quantile: 0.3}}`` adds the variant ``q03``.
     """
-    import yaml  # third-party, on first use: not at ``simcse-weince --help``
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"variants file {path} not found")
-    try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise ValueError(f"variants file {path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    values = read_yaml(path, "variants file") or {}  # a variant or a setting named twice is refused, naming it
     if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
         raise ValueError(f"variants file {path} must map each variant name to a mapping of settings")
     extra = {str(name): flatten_overrides(overrides) for name, overrides in values.items()}
@@ -165,11 +161,11 @@ def _read_finished(folder: Path, config, kind: CellKind) -> dict | None:
         return None
     problem = None
     try:
-        results = json.loads(results_file.read_text(encoding="utf-8"))
+        results = loads_json(results_file.read_text(encoding="utf-8"), results_file)  # a key twice: refused
     except UnicodeDecodeError as error:
         problem = f"not UTF-8 text (invalid byte at offset {error.start})"
-    except json.JSONDecodeError as error:  # e.g. killed while writing it
-        problem = f"not valid JSON ({error.msg} at line {error.lineno})"
+    except RecordError as error:  # e.g. killed while writing it, or a key given twice
+        problem = str(error).removeprefix(f"{results_file} ").removesuffix(f"; {FIX}")
     else:
         problem = _invalid_result(results, config, kind)
     if problem is not None:
@@ -189,6 +185,15 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
     if not isinstance(results.get("history"), list):
         return "it records no training history ('history')"
     try:
+        for name in COUNTS:
+            if results.get(name) is not None:
+                check_count(results[name], name, "it")
+        steps = results.get("total_steps", results.get("step"))
+        if steps and not results["history"]:  # a run that took steps logged at least its last one
+            return f"its history is empty ([]) while it records {steps} steps"
+    except RecordError as error:
+        return str(error).removeprefix("it: ").removesuffix(f"; {FIX}")
+    try:
         _recorded_config(config, results["config"], kind)
         metrics = kind.read_metrics(results)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -200,12 +205,21 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
         entries = results.get(key) or []
         if not isinstance(entries, list):
             return f"its {key!r} is a {type(entries).__name__}, not a list"
+        last_step = -1
         for index, entry in enumerate(entries):
             if not isinstance(entry, dict):
                 return f"{key}[{index}] is a {type(entry).__name__}, not an object"
             for field in filter(None, fields):
                 if entry.get(field) is not None and not _is_number(entry[field]):
-                    return f"{key}[{index}].{field} is {entry[field]!r}, not a number"
+                    value = entry[field]
+                    shown = type_name(value) if isinstance(value, float) else repr(value)  # NaN is named NaN
+                    return f"{key}[{index}].{field} is {shown}, not a number"
+            step = entry.get("step")
+            if step is not None and not (float(step).is_integer() and last_step < step):
+                order = ("negative" if step < 0 else "not an integer" if not float(step).is_integer()
+                         else f"not after the step before it ({last_step})")  # fmt: skip
+                return f"{key}[{index}].step is {step}: {order}; steps count up from 0"
+            last_step = last_step if step is None else step
             score = entry.get(kind.dev_curve) if key == "evaluations" and kind.dev_curve else None
             if score is not None and (problem := kind.score_scale.problem(score)):
                 return f"{key}[{index}].{kind.dev_curve} is {problem}"
@@ -213,6 +227,11 @@ def _invalid_result(results, config, kind: CellKind) -> str | None:
     if seconds is not None and not _is_number(seconds):
         return f"its wall_time_seconds is {seconds!r}, not a number"
     return None
+
+
+#: the counts a results.json may record (each a non-negative integer)
+COUNTS = ("total_steps", "step", "best_step", "num_train_rows", "num_train_sentences", "skipped_empty_lines",
+          "num_processes", "resumed_from_step", "embedding_dimension")  # fmt: skip
 
 
 def _is_number(value) -> bool:

@@ -3,11 +3,11 @@ docs/experiments.md show (:func:`study_report`: the table, each difference's dec
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from simcse_weince.compare.cells import ACCURACY_X100, CORRELATION_X100, ScoreScale
 from simcse_weince.compare.statistics import summarize
+from simcse_weince.records import read_json
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -137,7 +137,7 @@ def study_report(folder: Path, others: tuple[str, ...] = ()) -> str:
     each difference's decision (also against each of ``others``), the λ statistics of each WEINCE variant
     averaged over seeds and steps, and the cells' commit and wall time."""
     folder = Path(folder)
-    summary = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
+    summary = read_json(folder / "comparison.json", "comparison")  # a key given twice is refused, naming it
     check_archived_scores(summary, folder / "comparison.json")
     lines = [f"### `{folder.name}`", "", (folder / "comparison.md").read_text(encoding="utf-8").rstrip(), ""]
     lines += difference_lines(summary["differences"], summary["baseline"], summary, record=False)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from simcse_weince.paths import looks_like_local_path
+from simcse_weince.training import folder_io
 from simcse_weince.validation import check_utf8_text_file
 
 # `simcse-weince --help` reads this module (the diagnose command's settings); the steps import torch, scipy,
@@ -156,7 +157,7 @@ def _diagnose(config: DiagnoseSettings, run_all: bool, output_dir: Path) -> dict
     report["seconds"] = {key: round(value, 2) for key, value in timings.items()}
     path = output_dir / "report.json"
     staged = output_dir / f"{STAGING_PREFIX}report.json"
-    staged.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    folder_io.write_text(output_dir, staged, json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
     for name in [*report["figures"], "report.json"]:  # all written: replace the earlier outputs together
         os.replace(output_dir / f"{STAGING_PREFIX}{name}", output_dir / name)
     logger.debug("wrote %s and %d figures", path, len(report["figures"]))
@@ -306,12 +307,12 @@ def _load_model(name: str, device: str | None):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from simcse_weince.encoder_checks import check_sentence_transformer
+    from simcse_weince.encoder_checks import check_sentence_transformer, naming_missing_tokenizer_package
     from simcse_weince.safe_load import refusing_pickles
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        with refusing_pickles(name):
+        with refusing_pickles(name), naming_missing_tokenizer_package(name, name):
             model = SentenceTransformer(name, device=device)
     except OSError as error:
         raise FileNotFoundError(f"cannot load the model {name!r}: {error}") from error

@@ -12,13 +12,13 @@ saves it as a small PNG.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from simcse_weince.records import RecordError, check_count, read_metrics_log
 from simcse_weince.weince.config import STATISTIC_KEYS
 
 __all__ = [
@@ -287,19 +287,22 @@ def load_training_log(source) -> list[dict]:
     of ``results.json``).
     """
     if isinstance(source, (list, tuple)):
-        return [dict(row) for row in source]
+        rows, seen = [dict(row) for row in source], set()
+        for index, row in enumerate(rows):
+            if "step" in row:  # the same rule as the CSV log's: a step is a count, logged once
+                step = check_count(row["step"], f"entry {index}'s step", "the training log")
+                if step in seen:
+                    raise RecordError(f"the training log holds step {step} twice (entry {index}); give one run's log")
+                seen.add(step)
+        return rows
     path = Path(source)
     if path.is_dir():
         path = path / "logs" / "metrics.csv"
     if not path.is_file():
         raise FileNotFoundError(f"training log not found: {path} (a run's logs/metrics.csv)")
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
-    if not rows or set(rows[0]) != {"step", "name", "value"}:
-        raise ValueError(f"{path} is not a training log: expected the columns step,name,value (logs/metrics.csv)")
-    by_step: dict[str, dict] = {}  # long format: one dict per step
-    for row in rows:
-        by_step.setdefault(row["step"], {"step": row["step"]})[row["name"]] = row["value"]
+    by_step: dict[int, dict] = {}  # long format: one dict per step
+    for step, name, value in read_metrics_log(path):  # refuses a negative or repeated step, naming it
+        by_step.setdefault(step, {"step": step})[name] = value
     return list(by_step.values())
 
 
@@ -313,9 +316,9 @@ def lambda_series(log, keys=None) -> dict:
     where = "" if isinstance(log, (list, tuple)) else f" {log}"
     if not rows:
         raise ValueError(f"the training log{where} is empty")
-    series = {}
+    series, only_nan = {}, []
     for key in keys:
-        points = []
+        points, logged = [], False
         for index, row in enumerate(rows):
             value = row.get(key)
             try:
@@ -323,10 +326,18 @@ def lambda_series(log, keys=None) -> dict:
                 step = float(row.get("step", index))
             except (TypeError, ValueError):
                 continue
+            logged = True
             if math.isfinite(value):
                 points.append((step, value))
         if points:
             series[key] = np.array(sorted(points))
+        elif logged:
+            only_nan.append(key)
+    if not series and only_nan:
+        raise ValueError(
+            f"the training log{where} holds only NaN (or infinite) values in {', '.join(only_nan)}: the statistics "
+            f"were not finite at any logged step; look at the run's loss and learning rate"
+        )
     if not series:
         raise ValueError(f"the training log{where} has none of the columns {', '.join(keys)}")
     return series

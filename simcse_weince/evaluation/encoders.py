@@ -34,6 +34,7 @@ from simcse_weince.encoder_checks import (
     check_tokenizer,
     check_truncated,
     embedding_rows,
+    naming_missing_tokenizer_package,
 )
 
 # SimCSE's --pooler choices (evaluation.py), defined with the trainer's in one torch-free module
@@ -293,7 +294,7 @@ def as_encoder(
         if pooler is None:
             from sentence_transformers import SentenceTransformer
 
-            with refusing_pickles(name):
+            with refusing_pickles(name), naming_missing_tokenizer_package(name, name):
                 st_model = SentenceTransformer(name, device=device)
             check_sentence_transformer(st_model, name, max_length)
             return SentenceTransformerEncoder(st_model, **options)
@@ -302,7 +303,8 @@ def as_encoder(
         options["device"] = device or default_device()
         with refusing_pickles(name):
             hf_model = AutoModel.from_pretrained(name)
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        with naming_missing_tokenizer_package(name, name):
+            tokenizer = AutoTokenizer.from_pretrained(name)
         check_tokenizer(tokenizer, embedding_rows(hf_model), name)
         check_max_length(tokenizer, max_length, "max_length", name)
         return HFEncoder(hf_model, tokenizer, pooler=pooler, **options)

@@ -84,8 +84,9 @@ def build_config(args: argparse.Namespace):
     """The resolved TrainConfig: preset (or the saved run, with --resume) < --config FILE < flags."""
     from simcse_weince.settings import resolve_config
     from simcse_weince.text.config import preset
+    from simcse_weince.training.run_folder import config_of_record
 
-    return resolve_config(preset(args.preset or "paper"), args)
+    return resolve_config(preset(args.preset or "paper"), args, saved_file=config_of_record)
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from simcse_weince.records import no_duplicate_keys
 from simcse_weince.validation import check_utf8_text_file, has_visible_character
 
 #: the accepted header namings, each in role order (anchor, positive, hard negative)
@@ -186,7 +187,8 @@ def _json_lines(path: Path):
                 continue
             try:
                 # without its line break: a string left open is then reported where it opened, not at the break
-                value = json.loads(text.rstrip("\r\n"))
+                value = json.loads(text.rstrip("\r\n"), object_pairs_hook=no_duplicate_keys(
+                    f"training file {path}, line {line_number}"))  # fmt: skip
             except json.JSONDecodeError as error:
                 raise ValueError(
                     f"training file {path}, line {line_number}, column {error.colno}: not JSON ({error.msg})"

@@ -7,14 +7,13 @@ JSON files and CLI flags through :mod:`simcse_weince.settings`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from simcse_weince.poolers import TRAINING_POOLERS
 from simcse_weince.precision import MIXED_PRECISION, amx_tiles
 from simcse_weince.settings import DIRECTIONS, HARDNESS_MODES, LOSSES, PARTITION_MODES, REPORT_TO, apply_overrides
-from simcse_weince.validation import check_field_types
+from simcse_weince.validation import Domain, check_domains, check_field_types
 from simcse_weince.weince.config import WeinceConfig
 
 #: the transformers.get_scheduler names that work from (warmup, total steps) alone and step without a metric
@@ -55,8 +54,34 @@ class SpeedConfig:
     def __post_init__(self) -> None:
 
         check_field_types(self)
-        if self.length_chunks != "auto" and self.length_chunks < 1:
-            raise ValueError(f"length_chunks must be >= 1 (or auto), got {self.length_chunks}")
+        check_domains(self, {"length_chunks": Domain(1, why="or auto")})
+
+
+#: the domain of each numeric setting of TrainConfig (None, where a field allows it, is not a number: always allowed)
+FIELD_DOMAINS = {
+    "dropout": Domain(0, 1, high_closed=False, why="a probability of dropping a unit; None keeps the model's"),
+    "max_train_samples": Domain(1, why="or None: every sentence"),
+    "max_length": Domain(1, why="tokens per sentence"),
+    "temperature": Domain(0, low_closed=False),
+    "hardness_strength": Domain(0, why="0: no weighting"),
+    "batch_size": Domain(2, why="each sentence needs at least one in-batch negative"),
+    "mini_batch_size": Domain(1, why="or None: no GradCache"),
+    "gradient_accumulation_steps": Domain(1),
+    "learning_rate": Domain(0, low_closed=False),
+    "warmup_steps": Domain(0),
+    "weight_decay": Domain(0),
+    "max_grad_norm": Domain(0, low_closed=False, why="or None: no clipping"),
+    "num_epochs": Domain(1),
+    "max_steps": Domain(1, why="or None for num_epochs"),
+    "seed": Domain(0, 2**32, high_closed=False, shown="an integer in [0, 2**32)"),  # what numpy's RNG accepts
+    "eval_steps": Domain(0, why="0: no evaluation during training"),
+    "eval_batch_size": Domain(1),
+    "eval_max_length": Domain(1, why="or None: the model's"),
+    "save_total_limit": Domain(1, why="the step checkpoints kept; --save-steps 0 saves none"),
+    "save_steps": Domain(0, why="0: no checkpoints"),
+    "logging_steps": Domain(1),
+    "num_workers": Domain(0),
+}
 
 
 @dataclass
@@ -137,9 +162,9 @@ class TrainConfig:
             self.weince = WeinceConfig(**self.weince)
         if isinstance(self.speed, dict):
             self.speed = SpeedConfig(**self.speed)
-        self.final_tasks = tuple(self.final_tasks)
-        self.report_to = tuple(self.report_to)
-        self.directions = tuple(self.directions)
+        for name in ("final_tasks", "report_to", "directions"):  # anything else: check_field_types names it
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
         self.validate()
 
     def validate(self) -> None:
@@ -149,61 +174,19 @@ class TrainConfig:
             raise ValueError(f"unknown loss {self.loss!r}; expected one of {LOSSES}")
         if self.pooler not in TRAINING_POOLERS:
             raise ValueError(f"unknown pooler {self.pooler!r}; expected one of {TRAINING_POOLERS}")
-        if self.batch_size < 2:
-            raise ValueError(
-                f"batch_size must be >= 2 (each sentence needs at least one in-batch negative), got {self.batch_size}"
-            )
-        for name in (
-            "gradient_accumulation_steps",
-            "num_epochs",
-            "max_length",
-            "eval_batch_size",
-            "logging_steps",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_domains(self, FIELD_DOMAINS)
         if self.speed.compile and self.mini_batch_size:
             # GradCache replays each chunk's dropout masks from a saved RNG state; compiled random ops are not
             # tested to replay the same masks
             raise ValueError("compile is not supported with mini_batch_size (GradCache); use one or the other")
-        if self.save_total_limit < 1:  # 0 would keep no checkpoint to resume from; there is save_steps=0 for that
-            raise ValueError(
-                f"save_total_limit must be >= 1 (the step checkpoints kept; --save-steps 0 saves none), "
-                f"got {self.save_total_limit}"
-            )
         if self.lr_scheduler not in LR_SCHEDULERS:
             raise ValueError(f"unknown lr_scheduler {self.lr_scheduler!r}; expected one of {LR_SCHEDULERS}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ValueError(f"max_grad_norm must be > 0 (or None: no clipping), got {self.max_grad_norm}")
-        if self.eval_max_length is not None and self.eval_max_length < 1:
-            raise ValueError(f"eval_max_length must be >= 1 (or None: the model's), got {self.eval_max_length}")
         for name in ("model", "train_file", "output_dir"):
             if not getattr(self, name).strip():
                 raise ValueError(f"{name} is empty")
-        if not 0 <= self.seed < 2**32:  # what numpy's RNG accepts; checked here, not at the first set_seed
-            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed}")
-        for name in ("eval_steps", "save_steps", "warmup_steps", "num_workers"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.mini_batch_size is not None and self.mini_batch_size < 1:
-            raise ValueError(f"mini_batch_size must be >= 1 (or None: no GradCache), got {self.mini_batch_size}")
-        if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1 (or None for num_epochs), got {self.max_steps}")
-        if self.max_train_samples is not None and self.max_train_samples < 1:
-            raise ValueError(f"max_train_samples must be >= 1, got {self.max_train_samples}")
-        if not (self.hardness_strength >= 0 and math.isfinite(self.hardness_strength)):
-            raise ValueError(f"hardness_strength must be >= 0, got {self.hardness_strength}")
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.mixed_precision not in MIXED_PRECISION:
             choices = ", ".join(MIXED_PRECISION)
             raise ValueError(f"mixed_precision must be one of {choices}, got {self.mixed_precision!r}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         unknown = [task for task in self.final_tasks if task not in STS_TASKS]
         if unknown:
             raise ValueError(f"unknown final_tasks {unknown}; choose among {STS_TASKS}")

@@ -12,6 +12,7 @@ import torch
 
 from simcse_weince.encoder_checks import check_truncated
 from simcse_weince.paths import hub_is_offline, resolve_data_dir
+from simcse_weince.provenance import file_fingerprint
 from simcse_weince.text.columns import is_table_file, read_table
 from simcse_weince.validation import check_regular_file, check_utf8_text_file, has_visible_character
 
@@ -84,8 +85,9 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
         raise ValueError(f"training file {path} is empty; give a text file with one sentence per line")
     check_utf8_text_file(path, "training file")  # one line naming the byte, not a traceback from datasets
     start = time.perf_counter()
-    prepared_before = _text_dataset_is_cached(path)
-    dataset = load_dataset("text", data_files=str(path), split="train")
+    cache_dir = prepared_data_cache(path)
+    prepared_before = _text_dataset_is_cached(path, cache_dir)
+    dataset = load_dataset("text", data_files=str(path), split="train", cache_dir=str(cache_dir))
     sentences = dataset.filter(lambda batch: [has_visible_character(text) for text in batch["text"]], batched=True)
     if prepared_before:
         logger.info("reused the prepared lines of %s from the datasets cache", path)
@@ -104,13 +106,24 @@ def load_sentences(path: Path, max_train_samples: int | None = None):
     return sentences, skipped
 
 
-def _text_dataset_is_cached(path: Path) -> bool:
+def prepared_data_cache(path: Path) -> Path:
+    """The 🤗 datasets cache folder of the lines of ``path``, named by the sha256 of its content (the run's
+    ``data_fingerprint``, hashed once per process): datasets keys a local file by its path and mtime, so a file
+    rewritten with its mtime kept (``cp -p``, ``rsync -t``) would be read from the cache as its old lines. Under
+    datasets' own cache folder (``HF_DATASETS_CACHE``)."""
+    from datasets import config as datasets_config
+
+    sha256 = file_fingerprint(path)["sha256"]
+    return Path(datasets_config.HF_DATASETS_CACHE) / "simcse_weince" / f"text-{sha256}"
+
+
+def _text_dataset_is_cached(path: Path, cache_dir: Path) -> bool:
     """Whether 🤗 datasets holds ``path`` read already (an earlier run, or the machine's main process of this one):
     its builder's cache folder is complete. False where that cannot be looked up (another datasets release)."""
     try:
         from datasets import load_dataset_builder
 
-        folder = Path(load_dataset_builder("text", data_files=str(path)).cache_dir)
+        folder = Path(load_dataset_builder("text", data_files=str(path), cache_dir=str(cache_dir)).cache_dir)
         return (folder / "dataset_info.json").is_file()
     except Exception:  # the lookup goes below load_dataset; any failure only means "not known to be cached"
         return False

@@ -19,7 +19,6 @@ Reference: T. Gao, X. Yao, D. Chen, "SimCSE: Simple Contrastive Learning of Sent
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from contextlib import contextmanager
@@ -29,10 +28,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from simcse_weince.encoder_checks import check_tokenizer, embedding_rows
+from simcse_weince.encoder_checks import (
+    MissingTokenizerPackage,
+    check_tokenizer,
+    embedding_rows,
+    naming_missing_tokenizer_package,
+)
 from simcse_weince.evaluation.encoders import length_sorted_batches
 from simcse_weince.paths import hub_is_offline, looks_like_local_path, resolve_model_path
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING, TRAINING_POOLERS
+from simcse_weince.records import check_count, read_json
 from simcse_weince.safe_load import RefusedPickle, refusing_pickles
 
 logger = logging.getLogger(__name__)
@@ -130,9 +135,10 @@ def default_max_seq_length(model_path: str, tokenizer) -> int:
     """The evaluation length: the base SentenceTransformer's ``max_seq_length`` if it has one, else <= 512."""
     st_config = Path(model_path) / "sentence_bert_config.json"
     if st_config.is_file():
-        value = json.loads(st_config.read_text()).get("max_seq_length")
-        if value:
-            return int(value)
+        settings = read_json(st_config, "sentence-transformers config")  # a key given twice is refused
+        value = settings.get("max_seq_length") if isinstance(settings, dict) else None
+        if value is not None:
+            return check_count(value, "max_seq_length", st_config, minimum=1)
     return int(min(tokenizer.model_max_length, 512))
 
 
@@ -236,8 +242,9 @@ class SimCSEModel(nn.Module):
         try:
             with refusing_pickles(path):
                 encoder = AutoModel.from_pretrained(path, config=config)
-            tokenizer = AutoTokenizer.from_pretrained(path)
-        except RefusedPickle:
+            with naming_missing_tokenizer_package(model, path):
+                tokenizer = AutoTokenizer.from_pretrained(path)
+        except (RefusedPickle, MissingTokenizerPackage):
             raise
         except (OSError, ValueError) as error:
             raise loading_error(error) from error

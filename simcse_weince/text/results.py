@@ -13,14 +13,15 @@ from pathlib import Path
 import torch
 
 from simcse_weince.evaluation import evaluate_sts, format_sts_table, stsb_spearman
-from simcse_weince.hub import write_model_card
+from simcse_weince.hub import write_export_listing, write_model_card
 from simcse_weince.paths import hub_is_offline
 from simcse_weince.precision import precision_label
 from simcse_weince.provenance import versions
 from simcse_weince.text.columns import COLUMN_ROLES
 from simcse_weince.text.config import TrainConfig
+from simcse_weince.training.checkpoints import reporting_write_failures
 from simcse_weince.training.loop import TrainingRun
-from simcse_weince.training.runs import record_run_files, reporting_write_failures
+from simcse_weince.training.run_folder import record_run_files
 from simcse_weince.training.timing import format_time_parts
 from simcse_weince.training.tracking import summarize_lambda
 from simcse_weince.weince.config import WeinceConfig
@@ -119,7 +120,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
     model card (main process; the others return ``{}``).
 
     The model is written to ``.export.tmp`` and moved into ``output_dir`` once complete; a failed write (full
-    disk) removes it and raises :class:`~simcse_weince.training.runs.WriteError`, which names
+    disk) removes it and raises :class:`~simcse_weince.training.checkpoints.WriteError`, which names
     ``run.last_checkpoint`` (the last step's weights, saved before the export) to resume from.
 
     ``run.timer`` times the export and the final evaluation; ``wall_time_seconds`` is read right before the card
@@ -189,6 +190,7 @@ def export_results(run: TrainingRun, model, dev: DevSelection, data: TrainingRow
         write_model_card(output_dir, results)
         staging.mkdir()
         (staging / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+        write_export_listing(output_dir, staging)  # every file push may upload, with its sha256
         _move_into(staging, output_dir)  # results.json: the exported model's scores and settings, pushed with it
     return results
 

@@ -47,9 +47,9 @@ from simcse_weince.text.results import (
     not_applied_settings,
 )
 from simcse_weince.training.batches import StepBatchSampler
+from simcse_weince.training.checkpoints import CHECKPOINTS
 from simcse_weince.training.flops import encoder_dimensions, encoder_training_flops
 from simcse_weince.training.loop import LoopOptions, TrainingRecipe, TrainingRun, run_training
-from simcse_weince.training.runs import CHECKPOINTS
 
 logger = logging.getLogger(__name__)
 

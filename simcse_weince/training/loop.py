@@ -32,9 +32,17 @@ from pathlib import Path
 
 from simcse_weince.precision import precision_label
 from simcse_weince.training.accelerator import make_accelerator
+from simcse_weince.training.checkpoints import (
+    check_settings_of_record,
+    load_checkpoint,
+    new_run_id,
+    new_trainer_state,
+    settings_of_record,
+)
 from simcse_weince.training.flops import PEAK_DTYPES, matmul_peak_flops
+from simcse_weince.training.folder_io import run_folder_path
 from simcse_weince.training.kernel_caches import bound_kernel_caches
-from simcse_weince.training.runs import RunFolder, load_checkpoint, new_trainer_state
+from simcse_weince.training.run_folder import RunFolder
 from simcse_weince.training.timing import RunTimer
 from simcse_weince.training.tracking import (
     InterruptFlag,
@@ -47,8 +55,8 @@ from simcse_weince.training.tracking import (
 
 logger = logging.getLogger(__name__)
 
-#: the config fields naming files a run reads after its folder is claimed: --overwrite never moves them
-RUN_INPUTS = ("train_file", "data_dir")
+#: the config fields naming files a run reads: --overwrite refuses to replace them
+RUN_INPUTS = ("train_file", "data_dir", "model")
 
 
 @dataclass(frozen=True)
@@ -153,13 +161,14 @@ def check_same_data(saved: dict, fresh: dict, checkpoint) -> None:
 
 def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = None, overwrite: bool = False) -> dict:
     """Train ``recipe`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
-    result of ``recipe.export``. ``resume`` and ``overwrite`` as in :class:`~simcse_weince.training.runs.RunFolder`."""
+    result of ``recipe.export``. ``resume`` and ``overwrite`` as in
+    :class:`~simcse_weince.training.run_folder.RunFolder`."""
     from accelerate.utils import set_seed
 
     timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
     config.validate()
     bound_kernel_caches()  # before any kernel is built: new batch shapes must not grow the process every step
-    output_dir = Path(config.output_dir).expanduser()
+    output_dir = run_folder_path(config.output_dir)  # one spelling of the folder: ".", "R/" and "../R" are one
     log_with, csv_tracker, tensorboard_dropped = make_trackers(config.report_to, output_dir / "logs")
     accelerator, mixed_precision = make_accelerator(
         cpu=config.cpu, mixed_precision=config.mixed_precision, log_with=log_with, project_dir=output_dir,
@@ -167,7 +176,8 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
     )  # fmt: skip
     run = TrainingRun(config, accelerator, mixed_precision, output_dir, tensorboard_dropped, timer)
     recipe.check(run)
-    inputs = [value for value in (getattr(config, name, None) for name in RUN_INPUTS) if value]
+    inputs = [value for name in RUN_INPUTS if (value := getattr(config, name, None))]
+    inputs = [value for value in inputs if Path(value).expanduser().exists()]  # a hub model id is not a path
     folder = RunFolder(output_dir, resume, overwrite, accelerator, inputs)
     with folder.restore_on_failure():
         # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded ---------
@@ -245,12 +255,15 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
 def start_or_resume_state(recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder) -> dict:
     """The trainer state the run starts from: a fresh one, or the checkpoint's when resuming (on the same data; the
     run timer continues from it)."""
-    state = new_trainer_state(**recipe.initial_state())
+    # the run id is drawn once, at a fresh start: a --resume that restarts from step 0 keeps its folder's
+    state = new_trainer_state(folder.run_id or new_run_id(), settings_of_record(run.config), **recipe.initial_state())
     if folder.checkpoint is not None:
         fresh = state
         state = load_checkpoint(run.accelerator, folder.checkpoint)
         check_same_data(state, fresh, folder.checkpoint)
+        check_settings_of_record(state, run.config, folder.checkpoint)
         state.setdefault("run_id", fresh["run_id"])  # a checkpoint of an earlier release has none
+        state["settings"] = fresh["settings"]  # the same in all that alters training; its new length, logs, ...
         logger.info("resumed from %s at step %d of %d", folder.checkpoint, state["step"], run.total_steps)
         run.timer.restore(state)
     return state

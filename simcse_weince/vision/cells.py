@@ -53,7 +53,7 @@ def run_vision_cell(config, state: CellState | None = None) -> dict:
     if results is not None:
         return results
     # torch and torchvision: this module is read by --help
-    from simcse_weince.training.runs import read_trainer_state
+    from simcse_weince.training.checkpoints import read_trainer_state
     from simcse_weince.vision.evaluate import evaluate_checkpoint
     from simcse_weince.vision.trainer import train
 

@@ -88,9 +88,10 @@ def register(subparsers) -> None:
 def build_config(args):
     """The resolved VisionTrainConfig: defaults (or the saved run, with --resume) < --config FILE < flags."""
     from simcse_weince.settings import resolve_config
+    from simcse_weince.training.run_folder import config_of_record
     from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig
 
-    return resolve_config(VisionTrainConfig(), args, DEPRECATED_NAMES)
+    return resolve_config(VisionTrainConfig(), args, DEPRECATED_NAMES, saved_file=config_of_record)
 
 
 def run_train(args) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from simcse_weince.precision import MIXED_PRECISION
 from simcse_weince.settings import LOSSES, REPORT_TO, apply_overrides
-from simcse_weince.validation import check_field_types
+from simcse_weince.validation import Domain, check_domains, check_field_types
 from simcse_weince.weince.config import WeinceConfig
 
 # Kept equal to datasets.DATASETS / backbones.BACKBONES (a test checks it): the config checks names without torch.
@@ -29,6 +29,26 @@ DEPRECATED_NAMES = {
     "log_every": "logging_steps",
     "keep_checkpoints": "save_total_limit",
     "lr": "learning_rate",
+}
+
+#: the domain of each numeric setting of VisionTrainConfig (None, where a field allows it, is always allowed)
+FIELD_DOMAINS = {
+    "image_size": Domain(1, why="or None: the data set's native size"),
+    "vit_layers": Domain(1, why="or None"),
+    "projection_dim": Domain(1),
+    "train_size": Domain(1, why="or None"),
+    "crop_scale_min": Domain(0, 1, low_closed=False, why="a share of the area"),
+    "temperature": Domain(0, low_closed=False),
+    "batch_size": Domain(2, why="the other images of the batch are the negatives"),
+    "learning_rate": Domain(0, low_closed=False),
+    "weight_decay": Domain(0),
+    "num_epochs": Domain(0, why="0: the untrained model"),
+    "max_steps": Domain(1, why="or None"),
+    "num_workers": Domain(0),
+    "seed": Domain(0, 2**32, high_closed=False, shown="an integer in [0, 2**32)"),  # what numpy's RNG accepts
+    "save_steps": Domain(1, why="or None"),
+    "save_total_limit": Domain(1),
+    "logging_steps": Domain(1),
 }
 
 
@@ -75,7 +95,8 @@ class VisionTrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.weince, dict):
             self.weince = WeinceConfig(**self.weince)
-        self.report_to = tuple(self.report_to)
+        if isinstance(self.report_to, list):  # anything else but a tuple: check_field_types names it
+            self.report_to = tuple(self.report_to)
         self.validate()
 
     def validate(self) -> None:
@@ -85,33 +106,12 @@ class VisionTrainConfig:
             choices = FIELD_CHOICES[name]
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; expected one of {choices}")
-        for name in ("batch_size", "projection_dim", "logging_steps", "save_total_limit"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.num_epochs < 0:  # 0 trains nothing: the checkpoint is the seed's initialised model (a reference)
-            raise ValueError(f"num_epochs must be >= 0 (0: the untrained model), got {self.num_epochs}")
-        if self.batch_size < 2:
-            raise ValueError(
-                f"batch_size must be >= 2 (the other images of the batch are the negatives), got {self.batch_size}"
-            )
-        for name in ("max_steps", "image_size", "vit_layers", "train_size", "save_steps"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1 (or None), got {getattr(self, name)}")
+        check_domains(self, FIELD_DOMAINS)
         # options that would be silently ignored by this combination are refused
         if self.vit_layers is not None and not self.backbone.startswith("vit"):
             raise ValueError(f"vit_layers applies to ViT backbones only, not {self.backbone!r}; leave it unset")
         if self.stem != "auto" and self.backbone.startswith("vit"):
             raise ValueError(f"stem applies to ResNet backbones only, not {self.backbone!r}; leave it at 'auto'")
-        for name in ("weight_decay", "num_workers", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.seed >= 2**32:  # what numpy's RNG accepts
-            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed}")
-        if not 0.0 < self.crop_scale_min <= 1.0:
-            raise ValueError(f"crop_scale_min must be in (0, 1] (a share of the area), got {self.crop_scale_min}")
-        for name in ("temperature", "learning_rate"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.output_dir.strip():
             raise ValueError("output_dir is empty")
         unknown = [name for name in self.report_to if name not in REPORT_TO]

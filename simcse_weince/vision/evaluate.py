@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from simcse_weince.paths import resolve_data_dir
-from simcse_weince.training.runs import read_trainer_state
+from simcse_weince.training.checkpoints import read_trainer_state
 from simcse_weince.vision.augment import evaluation_transform
 from simcse_weince.vision.datasets import dataset_spec, load_image_dataset
 from simcse_weince.vision.trainer import load_pretrained, resolve_checkpoint

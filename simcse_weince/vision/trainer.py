@@ -23,10 +23,10 @@ import torch
 
 from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.safe_load import load_tensors
-from simcse_weince.settings import load_config
+from simcse_weince.settings import CONFIG_FILE, load_config
 from simcse_weince.training.batches import StepBatchSampler
+from simcse_weince.training.checkpoints import CHECKPOINTS, TRAINER_STATE, latest_checkpoint, read_trainer_state
 from simcse_weince.training.loop import LoopOptions, TrainingRecipe, TrainingRun, run_training
-from simcse_weince.training.runs import CHECKPOINTS, CONFIG_FILE, TRAINER_STATE, latest_checkpoint, read_trainer_state
 from simcse_weince.vision.augment import TwoViews, simclr_augmentation
 from simcse_weince.vision.backbones import SimCLRModel
 from simcse_weince.vision.config import DEPRECATED_NAMES, VisionTrainConfig

@@ -3,17 +3,31 @@ it, and ``simcse-weince --help`` must not wait for torch). :mod:`simcse_weince.w
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from simcse_weince.validation import check_field_types
+from simcse_weince.validation import Domain, check_domains, check_field_types
 
 GATES = ("both", "rho", "aic")
 
 #: the names of the λ statistics every log and summary of a batch carries (:func:`~simcse_weince.weince.tail.
 #: summarize_statistics`), defined once; here, without torch, so that plotting a log does not import it
 STATISTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
+
+
+#: the domain of each numeric hyper-parameter, as the method defines it (spec sections 3-5; docs/loss.md)
+WEINCE_DOMAINS = {
+    "quantile": Domain(0, 1, why="a quantile of the batch's hardness"),
+    "aic_margin": Domain(why="a Delta-AIC, either sign"),
+    "kappa_rho": Domain(0, low_closed=False, why="the slope of the hardness sigmoid; 0 would fix lambda_rho at 1/2"),
+    "kappa_aic": Domain(0, low_closed=False, why="the slope of the Delta-AIC sigmoid; 0 would fix lambda_aic at 1/2"),
+    "tail_fraction": Domain(0, 1, low_closed=False, why="a share of each anchor's negatives"),
+    "min_tail_points": Domain(1, why="tail points per anchor"),
+    "beta": Domain(0, low_closed=False, why="or 'estimated'"),
+    "beta_min": Domain(0, low_closed=False, why="the lower clamp of the estimated beta"),
+    "beta_max": Domain(0, low_closed=False, why="the upper clamp of the estimated beta"),
+    "eps": Domain(0, 1, low_closed=False, high_closed=False, why="the floor of the shortfalls"),
+}
 
 
 @dataclass
@@ -54,23 +68,11 @@ class WeinceConfig:
                 raise ValueError(f"beta must be 'estimated' or a positive number, got {self.beta!r}")
         elif isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)):
             raise TypeError(f"beta must be 'estimated' or a positive number, got {type(self.beta).__name__}")
-        elif not (self.beta > 0 and math.isfinite(self.beta)):
-            raise ValueError(f"beta must be > 0 (or 'estimated'), got {self.beta}")
         if self.gate not in GATES:
             raise ValueError(f"unknown gate {self.gate!r}; expected one of {GATES}")
-        if not 0.0 <= self.quantile <= 1.0:
-            raise ValueError(f"quantile must be in [0, 1], got {self.quantile}")
-        if not 0.0 < self.tail_fraction <= 1.0:
-            raise ValueError(f"tail_fraction must be in (0, 1], got {self.tail_fraction}")
-        if int(self.min_tail_points) != self.min_tail_points or self.min_tail_points < 1:
-            raise ValueError(f"min_tail_points must be a positive integer, got {self.min_tail_points}")
-        if not 0.0 < self.eps < 1.0:
-            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
-        if not 0.0 < self.beta_min <= self.beta_max:
-            raise ValueError(f"need 0 < beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
-        for name in ("kappa_rho", "kappa_aic", "aic_margin"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be finite")
+        check_domains(self, WEINCE_DOMAINS)
+        if self.beta_min > self.beta_max:
+            raise ValueError(f"beta_min must be <= beta_max (the clamp of beta), got {self.beta_min} > {self.beta_max}")
 
     @classmethod
     def reference(cls, **overrides) -> WeinceConfig:
