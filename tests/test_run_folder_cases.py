@@ -301,3 +301,15 @@ def test_resume_after_a_stopped_overwrite_continues_the_run_it_replaced(finished
     results = json.loads((run / "results.json").read_text())
     assert results["resumed_from_step"] == 4 and results["config"]["seed"] == config["seed"]
     assert not (run / PREVIOUS_RUN).exists()
+
+
+def test_exporting_again_never_removes_a_file_put_in_an_export_folder(finished, run, capsys):
+    """A file put inside an export folder (``R/1_Pooling/sub/.env``), then ``--resume`` that exports again: refused
+    naming the file, which stays."""
+    planted = run / "1_Pooling" / "sub" / ".env"
+    planted.parent.mkdir()
+    planted.write_text("TOKEN=mine\n")
+    assert _train(finished, run, "--resume", "--max-steps", "6") == 1
+    line = _error_line(capsys)
+    assert f"{planted} was not written by the export of {run}" in line and "--resume to export" in line
+    assert planted.read_text() == "TOKEN=mine\n"

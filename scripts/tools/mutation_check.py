@@ -1109,6 +1109,11 @@ MUTATIONS = (
         (CASES, "-k", "another_run_is_refused_without"), "another run's checkpoint continued under R's settings",
     ),
     Mutation(
+        "export: exporting again removes a file put in an export folder", RESULTS,
+        (("                if written is not None and not path.is_dir()", "                if False"),),
+        (CASES, "-k", "export_folder"), "R/1_Pooling/sub/.env was deleted by the rmtree of a re-export",
+    ),
+    Mutation(
         "run identity: the folder's id not kept on a restart from step 0", LOOP,
         (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
         (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",

@@ -222,12 +222,31 @@ def _move_into(staging: Path, output_dir: Path, kind: str = "export") -> None:
     """Move every entry of ``staging`` into ``output_dir`` (renames on one file system), then drop ``staging``;
     each is recorded first in the run's manifest as ``kind`` ("export": the model that ``push`` uploads)."""
     record_run_files(output_dir, sorted(entry.name for entry in staging.iterdir()), kind=kind)
+    written = _written_by_the_export(output_dir)
     for entry in sorted(staging.iterdir()):
         target = output_dir / entry.name
         if target.is_dir() and not target.is_symlink():
+            for path in sorted(target.rglob("*")):  # a file put in an export's folder is the user's: never removed
+                if written is not None and not path.is_dir() and path.relative_to(output_dir).as_posix() not in written:
+                    raise FileExistsError(
+                        f"{path} was not written by the export of {output_dir}, and exporting again replaces "
+                        f"{target}: move the file out of it, then run the same command with --resume to export"
+                    )
             shutil.rmtree(target)
         os.replace(entry, target)
     staging.rmdir()
+
+
+def _written_by_the_export(output_dir: Path) -> set[str] | None:
+    """The files the folder's earlier export wrote (its export listing), or None without a listing."""
+    from simcse_weince.hub import EXPORT_LISTING
+    from simcse_weince.records import read_json
+
+    path = output_dir / EXPORT_LISTING
+    if not path.is_file():
+        return None
+    listing = read_json(path, "export listing")
+    return set(listing.get("files", {})) if isinstance(listing, dict) else set()
 
 
 def final_evaluation(output_dir: Path, config: TrainConfig, data_dir: Path, device, eval_bf16: bool = False) -> dict:
