@@ -147,7 +147,8 @@ CASES = [
     # a key given twice is refused (a YAML or JSON reader keeps the last one silently); a YAML boolean where a
     # list is expected is named with the field and what it expects
     T("duplicate-key-yaml-config", "--config", "{root}/twice.yaml", "--output-dir", "{root}/new",
-      expect="config file {root}/twice.yaml holds the key 'batch_size' twice in one mapping (line 3", absent="{root}/new"),
+      expect="config file {root}/twice.yaml holds the key 'batch_size' twice in one mapping (line 3",
+      absent="{root}/new"),
     T("duplicate-key-json-config", "--config", "{root}/twice.json", "--output-dir", "{root}/new",
       expect="config file {root}/twice.json holds the key 'quantile' twice", absent="{root}/new"),
     T("yaml-boolean-final-tasks", "--config", "{root}/final-tasks-no.yaml", "--output-dir", "{root}/new",
