@@ -103,10 +103,8 @@ PRELOAD = ["simcse_weince.cli", "simcse_weince.text.trainer", "torch", "transfor
 
 
 def _lock_file_name() -> str:
-    try:
-        from simcse_weince.training.run_folder import LOCK_FILE
-    except ImportError:
-        from simcse_weince.training.runs import LOCK_FILE
+    from simcse_weince.training.run_folder import LOCK_FILE
+
     return LOCK_FILE
 
 

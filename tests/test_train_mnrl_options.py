@@ -205,8 +205,8 @@ def test_archived_runs_read_as_they_were_recorded(tmp_path):
     in-batch negatives, reads as it was recorded: its training_config.yaml and its results.json (what ``compare``
     checks a reused cell against) give in_batch_negatives, and the built-in variant of that name is that config."""
     from simcse_weince.compare.cells import _recorded_config
-    from simcse_weince.text.cells import TEXT_CELLS
     from simcse_weince.settings import load_config, save_config
+    from simcse_weince.text.cells import TEXT_CELLS
     from simcse_weince.text.config import TrainConfig
 
     archived = REPO_ROOT / "results" / "study" / "cpu-cls"
