@@ -618,7 +618,7 @@ MUTATIONS = (
     Mutation(
         "trust B/inputs: a text seed is not range-checked (compare fails at the first set_seed)",
         "simcse_weince/text/config.py",
-        (("        if not 0 <= self.seed < 2**32:", "        if False:"),),
+        (('"seed": Domain(0, 2**32,', '"seed": Domain(-(2**62), 2**32,'),),
         ("tests/test_bad_inputs.py", "-k", "api_checks_every_seed"),
         "issue 24.5: --seeds 1,-1 trained every seed-1 cell first",
     ),
