@@ -14,7 +14,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 from simcse_weince.paths import hub_id_of, hub_is_offline
 from simcse_weince.poolers import EXPORT_POOLER, SENTENCE_TRANSFORMERS_POOLING
 from simcse_weince.precision import precision_label
+from simcse_weince.provenance import file_sha256
 from simcse_weince.records import RecordError, check_count, read_json
 
 logger = logging.getLogger(__name__)
@@ -173,14 +173,6 @@ def _files_under(top: Path) -> list[Path]:
     return paths
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_export_listing(output_dir, staging=None) -> Path:
     """Record every file of the run's export with its size and sha256 in :data:`EXPORT_LISTING` (main process, as
     the export's last step): the export entries of the run's manifest, and the entries of ``staging`` (files the
@@ -199,7 +191,7 @@ def write_export_listing(output_dir, staging=None) -> Path:
                 raise ValueError(f"{path} is a symbolic link: the export writes none; export the run again")
             if path.is_file():
                 relative = (Path(name) / path.relative_to(top)).as_posix() if path != top else name
-                files[relative] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+                files[relative] = {"size": path.stat().st_size, "sha256": file_sha256(path)}
     record_run_files(folder, [EXPORT_LISTING], kind="run")
     target = folder / EXPORT_LISTING
     temporary = folder / f".{EXPORT_LISTING}.tmp"
@@ -259,7 +251,7 @@ def export_files(directory) -> list[tuple[str, Path]]:
         if not path.is_file():
             raise FileNotFoundError(f"{path}, written by the export, is missing; {EXPORT_AGAIN}")
         size = path.stat().st_size
-        if size != record["size"] or _sha256(path) != record["sha256"]:
+        if size != record["size"] or file_sha256(path) != record["sha256"]:
             raise ValueError(
                 f"{path} changed since the export wrote it ({record['size']:,} bytes, sha256 "
                 f"{record['sha256'][:12]} then; {size:,} bytes now): push uploads the export as it was written; "

@@ -58,9 +58,14 @@ def file_fingerprint(path) -> dict:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
+        _DIGESTS[key] = file_sha256(path)
     return {"path": str(path), "size": stat.st_size, "sha256": _DIGESTS[key]}
+
+
+def file_sha256(path) -> str:
+    """The sha256 of a file's bytes, read in 4 MiB blocks (training files, checkpoints, an export's files)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -294,7 +294,7 @@ MUTATIONS = (
     ),
     Mutation(
         "run folder: resume trusts a checkpoint whose sha256 differs", CHECKPOINT_FILES,
-        (('elif _sha256(path) != entry["sha256"]:', "elif False:"),),
+        (('elif file_sha256(path) != entry["sha256"]:', "elif False:"),),
         ("tests/test_bad_inputs.py", "-k", "falls_back and flipped"), "a same-size corruption is only seen by the hash",
     ),
     Mutation(
@@ -980,7 +980,7 @@ MUTATIONS = (
     ),
     Mutation(
         "push: a listed file's hash not compared", "simcse_weince/hub.py",
-        (("        if size != record[\"size\"] or _sha256(path) != record[\"sha256\"]:", "        if False:"),),
+        (("        if size != record[\"size\"] or file_sha256(path) != record[\"sha256\"]:", "        if False:"),),
         ("tests/test_push_export.py", "-k", "not_as_the_export"), "an edited model card was uploaded as the export",
     ),
     Mutation(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from simcse_weince.provenance import file_sha256
 from simcse_weince.records import loads_json
 from simcse_weince.safe_load import RefusedPickle, is_refused, load_tensors, refusal, refused_global
 from simcse_weince.settings import RESUMABLE_SECTIONS, RESUMABLE_SETTINGS
@@ -183,20 +184,10 @@ def _check_belongs(checkpoint: Path, output_dir: Path, folder_run: str | None) -
         )
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(folder: Path) -> None:
     """``manifest.json``: size and sha256 of every file of a checkpoint, so a damaged file is found on resume."""
     files = {
-        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": file_sha256(path)}
         for path in sorted(folder.rglob("*"))
         if path.is_file() and path.name != MANIFEST
     }
@@ -227,7 +218,7 @@ def verify_checkpoint(checkpoint: Path) -> list[str]:
             problems.append(
                 f"{path} has {path.stat().st_size} bytes where {entry['size']} were saved (truncated or replaced)"
             )
-        elif _sha256(path) != entry["sha256"]:
+        elif file_sha256(path) != entry["sha256"]:
             problems.append(f"{path} does not match the sha256 saved in {MANIFEST} (corrupted)")
     # a manifest rewritten to match a damaged file hides nothing from this: the RNG state must restore
     return problems or _rng_state_problems(checkpoint)
