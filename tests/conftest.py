@@ -6,9 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+from train_helpers import SHARED_DATA, data_required
 
 # Tests never reach a hub; the data are the offline copies in ../shared/data.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -39,11 +37,6 @@ def data_dir() -> Path:
             pytest.fail(f"{message}; CI=true requires it", pytrace=False)
         pytest.skip(message)
     return path
-
-
-def data_required() -> bool:
-    """Under CI (CI=true) a missing data folder fails the tests that need it: a run without it must not pass."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
 @pytest.fixture(scope="session")

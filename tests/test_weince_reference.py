@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import SHARED_DATA, data_required
+from train_helpers import SHARED_DATA, data_required
 
 from simcse_weince import WeinceConfig, infonce_loss, weince_loss
 
