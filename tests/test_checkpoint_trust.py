@@ -89,34 +89,32 @@ def test_the_payload_runs_code_when_unpickled(tmp_path):
 # ------------------------------------------------------------------------- 1. no unpickling of run-folder files
 
 
-def test_a_crafted_file_in_a_checkpoint_without_manifest_is_refused_unread(finished, tmp_path, caplog):
-    """An old-style checkpoint (no manifest) is checked by loading its files: tensors only, so the crafted
-    extra.pt never runs; the resume falls back to the intact older checkpoint and says why."""
+def test_a_checkpoint_without_manifest_is_never_loaded(finished, tmp_path, caplog):
+    """A checkpoint without a manifest cannot be verified and is not loaded: the crafted extra.pt in it never runs;
+    the resume falls back to the intact older checkpoint and says why."""
     run = copy_run(finished["run"], tmp_path)
-    for checkpoint in list_checkpoints(run):
-        (checkpoint / "manifest.json").unlink()
-    marker, crafted = tmp_path / "ran", run / "checkpoints" / "step-0000004" / "extra.pt"
-    plant_payload(crafted, marker)
+    checkpoint = run / "checkpoints" / "step-0000004"
+    (checkpoint / "manifest.json").unlink()
+    marker = tmp_path / "ran"
+    plant_payload(checkpoint / "extra.pt", marker)
     with caplog.at_level(logging.WARNING, logger="simcse_weince"):
         results = resume_run(run)
     assert not marker.exists()
     warnings = " ".join(record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING)
-    assert f"{crafted} holds a pickled Python object" in warnings and "refused unread" in warnings
+    assert f"{checkpoint / 'manifest.json'} is missing" in warnings
     assert results["resumed_from_step"] == 2
     assert _losses(results["history"]) == pytest.approx(_losses(finished["history"]), abs=1e-6)
 
 
-def test_a_run_whose_every_checkpoint_is_crafted_stops_in_one_line(finished, tmp_path, capsys):
+def test_a_crafted_file_listed_in_the_newest_manifest_stops_in_one_line(finished, tmp_path, capsys):
     run = copy_run(finished["run"], tmp_path)
-    marker = tmp_path / "ran"
-    for checkpoint in list_checkpoints(run):
-        (checkpoint / "manifest.json").unlink()
-        plant_payload(checkpoint / "extra.pt", marker)
+    marker, checkpoint = tmp_path / "ran", run / "checkpoints" / "step-0000004"
+    plant_payload(checkpoint / "extra.pt", marker)
+    write_manifest(checkpoint)
     assert main(["train", *finished["flags"], "--output-dir", str(run), "--resume"]) == 1
     line = _error_line(capsys)
     assert not marker.exists()
-    assert f"{run}/checkpoints/step-0000004/extra.pt holds a pickled Python object (" in line, line
-    assert "no intact checkpoint is left" in line
+    assert f"{checkpoint}/extra.pt holds a pickled Python object (" in line, line
 
 
 def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_path):
@@ -127,8 +125,8 @@ def test_a_compare_rerun_of_an_unfinished_cell_never_unpickles_it(finished, tmp_
     (run / "results.json").unlink()
     marker = tmp_path / "ran"
     for checkpoint in list_checkpoints(run):
-        (checkpoint / "manifest.json").unlink()
         plant_payload(checkpoint / "extra.pt", marker)
+        write_manifest(checkpoint)
     config = apply_overrides(load_config(TrainConfig, run / "training_config.yaml"), {"output_dir": str(run)})
     with pytest.raises(ValueError, match="holds a pickled Python object"):
         run_cell(config)
@@ -430,27 +428,19 @@ RNG_DAMAGES = ["truncated", "numpy-state-cut-short", "no-torch-state"]
 
 
 @pytest.mark.parametrize("how", RNG_DAMAGES)
-def test_a_damaged_rng_state_behind_a_rewritten_manifest_falls_back(finished, tmp_path, caplog, how):
+@pytest.mark.parametrize("resume", ["latest", "named"])
+def test_a_damaged_rng_state_behind_a_rewritten_manifest_stops_in_one_line(finished, tmp_path, capsys, how, resume):
+    """The manifest matches the damaged RNG state (rewritten): the state is checked where it is set, and the resume
+    stops, naming the file and the earlier checkpoint to resume from, before a step runs on other random numbers."""
     run = copy_run(finished["run"], tmp_path)
     checkpoint = run / "checkpoints" / "step-0000004"
     damaged = checkpoint / "random_states_0.pkl"
     _damage_rng(damaged, how)
     write_manifest(checkpoint)  # the hashes match the damaged file
-    with caplog.at_level(logging.WARNING, logger="simcse_weince"):
-        results = resume_run(run)
-    warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
-    assert any(str(damaged) in message and "step-0000002, the newest intact one" in message for message in warnings)
-    assert results["resumed_from_step"] == 2
-    assert _losses(results["history"]) == pytest.approx(_losses(finished["history"]), abs=1e-6)
-
-
-def test_resuming_a_named_checkpoint_whose_rng_state_fails_stops_in_one_line(finished, tmp_path, capsys):
-    run = copy_run(finished["run"], tmp_path)
-    checkpoint = run / "checkpoints" / "step-0000004"
-    damaged = checkpoint / "random_states_0.pkl"
-    _damage_rng(damaged, "numpy-state-cut-short")
-    write_manifest(checkpoint)
-    assert main(["train", *finished["flags"], "--output-dir", str(run), "--resume", str(checkpoint)]) == 1
+    before = tree_digest(run)
+    flag = ["--resume", str(checkpoint)] if resume == "named" else ["--resume"]
+    assert main(["train", *finished["flags"], "--output-dir", str(run), *flag]) == 1
     line = _error_line(capsys)
-    assert f"checkpoint {checkpoint} is damaged: {damaged} does not restore the RNG state (" in line, line
-    assert f"resume from it with --resume {run / 'checkpoints' / 'step-0000002'}" in line
+    assert f"checkpoint {checkpoint} cannot be used: {damaged}" in line, line
+    assert f"resume from an earlier one (--resume {run / 'checkpoints' / 'step-0000002'})" in line, line
+    assert tree_digest(run) == before

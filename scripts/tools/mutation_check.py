@@ -533,8 +533,8 @@ MUTATIONS = (
     ),
     # ---- issue 24: checkpoints
     Mutation(
-        "checkpoints: the files of a checkpoint without a manifest are unpickled", CHECKPOINT_FILES,
-        (("load_tensors(path)  # never unpickled", 'torch.load(path, map_location="cpu", weights_only=False)  #'),),
+        "checkpoints: a checkpoint without a manifest is trusted (and its files loaded)", CHECKPOINT_FILES,
+        (('        return [f"{manifest_path} is missing (a save', '        return [] and [f"{manifest_path} is missing (a save'),),  # noqa: E501
         (TRUST, "-k", "without_manifest"), "issue 24.1: a crafted extra.pt ran code on --resume",
     ),
     Mutation(
@@ -558,9 +558,8 @@ MUTATIONS = (
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
-        "checkpoints: the RNG state behind a manifest is not checked", CHECKPOINT_FILES,
-        (("hides nothing from this: the RNG state must restore\n    return problems or _rng_state_problems(checkpoint)",
-          "hides nothing from this: the RNG state must restore\n    return problems"),),
+        "checkpoints: the RNG state is left to Accelerate, which logs a failed restore at INFO", CHECKPOINT_FILES,
+        (("        _restore_rng(load_tensors(rng_path), accelerator.device.type)", "        pass"),),
         (TRUST, "-k", "rng"), "issue 24.6: Accelerate logs a failed RNG restore at INFO and resumes",
     ),
     # ---- issue 24: signals, compare, inputs

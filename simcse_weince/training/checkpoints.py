@@ -10,6 +10,7 @@ disk) ends in a :class:`WriteError` naming the folder and the cause, and leaves 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -32,7 +33,6 @@ CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.json"
 MANIFEST = "manifest.json"  # sizes and sha256 of a checkpoint's files, checked on --resume
 PICKLE_SUFFIXES = (".bin", ".pkl", ".pt")  # torch.save files: read only with weights_only=True
-RNG_STATE_GLOB = "random_states_*.pkl"  # Accelerate's per-process RNG states
 
 
 class WriteError(RuntimeError):
@@ -102,11 +102,6 @@ def list_checkpoints(output_dir: Path) -> list[Path]:
     return sorted((output_dir / CHECKPOINTS).glob("step-*[0-9]"), reverse=True)
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
-    checkpoints = [path for path in list_checkpoints(output_dir) if (path / TRAINER_STATE).is_file()]
-    return checkpoints[0] if checkpoints else None
-
-
 def newest_intact_checkpoint(output_dir: Path) -> Path | None:
     """The newest checkpoint whose files pass :func:`verify_checkpoint`; damaged newer ones are named in a
     warning. Raises ValueError when there are checkpoints and none is intact."""
@@ -143,18 +138,16 @@ def checkpoint_run_id(checkpoint: Path) -> str | None:
 def checkpoint_to_resume(output_dir: Path, resume, folder_run: str | None, is_main: bool) -> Path | None:
     """The verified checkpoint ``--resume`` continues (``resume``: True / "latest" or a path; None when the run has
     none yet); one of another folder, or whose run id is not ``folder_run`` (the folder's), is refused."""
-    if resume is True or resume == "latest":
-        checkpoint = newest_intact_checkpoint(output_dir)
-        if checkpoint is None and is_main:
+    named = resume is not True and resume != "latest"
+    if named and not Path(resume).expanduser().is_dir():
+        raise FileNotFoundError(f"--resume: checkpoint folder {resume} not found")
+    checkpoint = Path(resume).expanduser() if named else newest_intact_checkpoint(output_dir)
+    if checkpoint is None:
+        if is_main:
             logger.warning("--resume: no checkpoint in %s yet; starting from step 0", output_dir / CHECKPOINTS)
-        if checkpoint is not None:
-            _check_belongs(checkpoint, output_dir, folder_run)
-        return checkpoint
-    checkpoint = Path(resume).expanduser()
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"--resume: checkpoint folder {checkpoint} not found")
+        return None
     _check_belongs(checkpoint, output_dir, folder_run)
-    problems = verify_checkpoint(checkpoint)
+    problems = verify_checkpoint(checkpoint) if named else []
     if problems:
         intact = next((path for path in list_checkpoints(output_dir) if not verify_checkpoint(path)), None)
         hint = (
@@ -195,21 +188,16 @@ def write_manifest(folder: Path) -> None:
 
 
 def verify_checkpoint(checkpoint: Path) -> list[str]:
-    """What is wrong with a checkpoint's files (empty when intact), each problem naming the file.
-
-    With a manifest: every listed file must be there with its size and sha256. A checkpoint written before
-    manifests existed is checked by loading each file instead (and a warning says it cannot be verified)."""
+    """What is wrong with a checkpoint's files (empty when intact), each problem naming the file: every file its
+    manifest lists must be there with its size and sha256. (The RNG state is checked where it is set, on load.)"""
     manifest_path = checkpoint / MANIFEST
-    if not manifest_path.is_file():
-        return _probe_checkpoint_files(checkpoint)
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (ValueError, KeyError, TypeError) as error:
+        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+    except FileNotFoundError:
+        return [f"{manifest_path} is missing (a save that did not finish, or a release before manifests)"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
         return [f"its manifest {manifest_path} is unreadable ({error})"]
-    problems = []
-    if TRAINER_STATE not in files:
-        problems.append(f"{manifest_path} lists no trainer_state.json")
+    problems = [] if TRAINER_STATE in files else [f"{manifest_path} lists no trainer_state.json"]
     for name, entry in files.items():
         path = checkpoint / name
         if not path.is_file():
@@ -220,53 +208,6 @@ def verify_checkpoint(checkpoint: Path) -> list[str]:
             )
         elif file_sha256(path) != entry["sha256"]:
             problems.append(f"{path} does not match the sha256 saved in {MANIFEST} (corrupted)")
-    # a manifest rewritten to match a damaged file hides nothing from this: the RNG state must restore
-    return problems or _rng_state_problems(checkpoint)
-
-
-def _probe_checkpoint_files(checkpoint: Path) -> list[str]:
-    """Load every file of a checkpoint without a manifest (older versions), naming the one that fails."""
-    state_path = checkpoint / TRAINER_STATE
-    if not state_path.is_file():
-        return [f"{state_path} is missing"]
-    logger.warning(
-        "checkpoint %s has no %s (saved by an older simcse-weince): its files are checked by loading them",
-        checkpoint,
-        MANIFEST,
-    )
-    problems = []
-    for path in sorted(checkpoint.iterdir()):
-        try:
-            if path.name == TRAINER_STATE:
-                if not isinstance(json.loads(path.read_text(encoding="utf-8")).get("step"), int):
-                    raise ValueError("no step")
-            elif path.suffix == ".safetensors":
-                from safetensors import safe_open
-
-                with safe_open(str(path), framework="pt") as handle:
-                    for key in handle.keys():
-                        handle.get_tensor(key)
-            elif path.suffix in PICKLE_SUFFIXES:
-                load_tensors(path)  # never unpickled: the folder may come from elsewhere
-        except Exception as error:  # noqa: BLE001 - any failure to load means the file is damaged
-            problems.append(_unreadable(path, error))
-    return problems or _rng_state_problems(checkpoint)
-
-
-def _rng_state_problems(checkpoint: Path) -> list[str]:
-    """Each RNG state file of a checkpoint must restore every generator it holds: Accelerate only logs "Could not
-    load random states" (at INFO) and the resumed run would then draw other dropout masks and augmentations.
-    Checked on fresh generators, so the global ones are untouched."""
-    paths = sorted(checkpoint.glob(RNG_STATE_GLOB))
-    if not paths:
-        return [f"{checkpoint / 'random_states_0.pkl'} is missing (the RNG state)"]
-    problems = []
-    for path in paths:
-        try:
-            states = load_tensors(path)
-            _restore_rng(states, generators=None)
-        except Exception as error:  # noqa: BLE001 - any failure means this part of the state cannot be restored
-            problems.append(_rng_problem(path, error))
     return problems
 
 
@@ -281,26 +222,18 @@ def _rng_problem(path: Path, error: Exception) -> str:
     return f"{path} does not restore the RNG state ({type(error).__name__}: {str(error).splitlines()[0][:200]})"
 
 
-def _restore_rng(states: dict, generators: str | None) -> None:
-    """Set Python's, numpy's and torch's CPU generators (and those of ``generators``, a device type such as "cuda")
-    from an Accelerate RNG state; with ``generators=None`` fresh generators are set instead, as a check."""
+def _restore_rng(states: dict, device_type: str) -> None:
+    """Set Python's, numpy's and torch's generators (and ``device_type``'s, such as "cuda") from an Accelerate RNG
+    state: Accelerate only logs a failed restore at INFO, and the resumed run would draw other random numbers."""
     import random
 
     import numpy as np
 
-    if generators is None:
-        random.Random().setstate(states["random_state"])
-        np.random.RandomState().set_state(states["numpy_random_seed"])
-        torch.Generator().set_state(states["torch_manual_seed"])
-        for device_state in states.get("torch_cuda_manual_seed", []):
-            if not (isinstance(device_state, torch.Tensor) and device_state.dtype == torch.uint8):
-                raise TypeError("torch_cuda_manual_seed holds a value that is not a generator state")
-        return
     random.setstate(states["random_state"])
     np.random.set_state(states["numpy_random_seed"])
     torch.set_rng_state(states["torch_manual_seed"])
-    if generators not in ("cpu", "mps"):  # Accelerate keeps the accelerator's under torch_<type>_manual_seed
-        getattr(torch, generators).set_rng_state_all(states[f"torch_{generators}_manual_seed"])
+    if device_type not in ("cpu", "mps"):  # Accelerate keeps the accelerator's under torch_<type>_manual_seed
+        getattr(torch, device_type).set_rng_state_all(states[f"torch_{device_type}_manual_seed"])
 
 
 def read_trainer_state(checkpoint: Path) -> dict:
@@ -330,26 +263,15 @@ def write_failure_cause(error: BaseException, folder: Path) -> str | None:
         return os.strerror(int(found.group(1)))
     if isinstance(error, RuntimeError) and any(marker in text for marker in _TORCH_WRITER_FAILURES):
         first_line = text.splitlines()[0][:200] if text else type(error).__name__
-        return _probe_write(folder) or f"a write failed ({first_line})"
+        return _full_disk(folder) or f"a write failed ({first_line})"
     return None
 
 
-def _probe_write(folder: Path) -> str | None:
-    """Write 1 MiB beside the failed file (before the partial copy is removed) to learn the errno torch dropped."""
+def _full_disk(folder: Path) -> str | None:
+    """ENOSPC's message where the file system has under 1 MiB free (torch's writer drops the errno)."""
     while not folder.is_dir() and folder != folder.parent:
         folder = folder.parent
-    probe = folder / ".write-probe"
-    try:
-        with probe.open("wb") as handle:
-            handle.write(bytes(1 << 20))
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as error:
-        return error.strerror or str(error)
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-    return None
+    return os.strerror(errno.ENOSPC) if shutil.disk_usage(folder).free < 1 << 20 else None
 
 
 @contextlib.contextmanager
@@ -412,8 +334,7 @@ def load_checkpoint(accelerator, checkpoint: Path) -> dict:
             try:
                 _check_tensors_only(path)
             except Exception as error:  # noqa: BLE001 - damaged or refused: either way it must not be loaded
-                problem = _unreadable(path, error)
-                raise ValueError(f"--resume: checkpoint {checkpoint} cannot be used: {problem}") from None
+                raise _unusable(checkpoint, _unreadable(path, error)) from None
     try:
         accelerator.load_state(str(checkpoint))
     except Exception as error:
@@ -423,13 +344,16 @@ def load_checkpoint(accelerator, checkpoint: Path) -> dict:
         ) from error
     rng_path = checkpoint / f"random_states_{accelerator.process_index}.pkl"
     try:
-        _restore_rng(load_tensors(rng_path), generators=accelerator.device.type)
+        _restore_rng(load_tensors(rng_path), accelerator.device.type)
     except Exception as error:  # noqa: BLE001 - a part of the RNG state that does not restore ends the resume
-        raise ValueError(
-            f"--resume: checkpoint {checkpoint} cannot be resumed exactly: {_rng_problem(rng_path, error)}; "
-            f"resume from an earlier one (--resume {checkpoint.parent}/step-NNNNNNN) or start again with --overwrite"
-        ) from None
+        raise _unusable(checkpoint, _rng_problem(rng_path, error)) from None
     return state
+
+
+def _unusable(checkpoint: Path, problem: str) -> ValueError:
+    earlier = next((path for path in list_checkpoints(checkpoint.parent.parent) if path < checkpoint), None)
+    then = f"resume from an earlier one (--resume {earlier})" if earlier else "start again with --overwrite"
+    return ValueError(f"--resume: checkpoint {checkpoint} cannot be used: {problem}; {then}")
 
 
 def _check_tensors_only(path: Path) -> None:

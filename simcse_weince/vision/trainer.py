@@ -25,7 +25,7 @@ from simcse_weince.losses.from_embeddings import ContrastiveObjective
 from simcse_weince.safe_load import load_tensors
 from simcse_weince.settings import CONFIG_FILE, load_config
 from simcse_weince.training.batches import StepBatchSampler
-from simcse_weince.training.checkpoints import CHECKPOINTS, TRAINER_STATE, latest_checkpoint, read_trainer_state
+from simcse_weince.training.checkpoints import CHECKPOINTS, TRAINER_STATE, list_checkpoints, read_trainer_state
 from simcse_weince.training.loop import LoopOptions, TrainingRecipe, TrainingRun, run_training
 from simcse_weince.vision.augment import TwoViews, simclr_augmentation
 from simcse_weince.vision.backbones import SimCLRModel
@@ -167,7 +167,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     path = Path(path).expanduser()
     if (path / TRAINER_STATE).is_file():
         return path
-    found = latest_checkpoint(path)
+    found = next(iter(list_checkpoints(path)), None)
     if found is None:
         raise FileNotFoundError(f"no checkpoint at {path} (expected {TRAINER_STATE} or {CHECKPOINTS}/step-*/)")
     return found
