@@ -7,10 +7,9 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import unicodedata
 
 import pytest
-from train_helpers import REPO_ROOT
+from train_helpers import REPO_ROOT, heading_anchors
 
 from simcse_weince.compare.statistics import holm, paired_t_p
 
@@ -274,25 +273,6 @@ def test_holm_is_the_step_down_procedure():
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def _slug(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|<[^>]+>", "", heading.strip()).lower()
-    text = "".join(c for c in text if c in " -" or unicodedata.category(c)[0] in "LN")
-    return text.replace(" ", "-")
-
-
-def _anchors(path) -> set[str]:
-    anchors, seen, fenced = set(), {}, False
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        elif not fenced and (match := re.match(r"#{1,6} (.+)", line)):
-            slug = _slug(match[1])
-            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
-            seen[slug] = seen.get(slug, 0) + 1
-    return anchors
-
-
 def test_every_relative_link_resolves():
     """README.md's and docs/*.md's relative links (and images) point at files that exist and at headings they hold."""
     broken = []
@@ -308,7 +288,7 @@ def test_every_relative_link_resolves():
                 where = f"{document.relative_to(REPO_ROOT)}:{number}: {target}"
                 if not resolved.exists():
                     broken.append(f"{where} (no such file)")
-                elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+                elif anchor and resolved.suffix == ".md" and anchor not in heading_anchors(resolved):
                     broken.append(f"{where} (no such heading)")
     assert not broken, "\n".join(broken)
 
@@ -323,6 +303,6 @@ def test_every_doc_pointer_in_the_code_resolves():
             for path, anchor in pointer.findall(line):
                 found += 1
                 target = REPO_ROOT / path
-                if not target.is_file() or anchor not in _anchors(target):
+                if not target.is_file() or anchor not in heading_anchors(target):
                     broken.append(f"{source.relative_to(REPO_ROOT)}:{number}: {path}#{anchor}")
     assert found >= 5 and not broken, "\n".join(broken)

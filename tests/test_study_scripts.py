@@ -53,7 +53,7 @@ def test_report_reads_a_comparison(tmp_path):
 
 
 def test_aic_gate_simulation_shows_the_gate_open_whatever_the_domain():
-    # the README's explanation of the study rests on this: the spec's per-anchor AIC gate opens for nearly every
+    # the README's explanation of the study rests on this: the method's per-anchor AIC gate opens for nearly every
     # anchor of Gumbel- and Weibull-domain rows alike, while the Weibull slope recovers a true Weibull tail's index
     out = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "study" / "aic_gate_null.py"), "--rows", "400"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip

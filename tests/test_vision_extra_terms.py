@@ -1,4 +1,5 @@
-"""The authors' optional top-M extra terms (spec section 7): global tail slope, EMA of beta_t, known answers."""
+"""The authors' optional top-M extra terms: global tail slope, EMA of beta_t, known answers
+(docs/method.md#vision-the-top-m-extra-terms)."""
 
 from __future__ import annotations
 

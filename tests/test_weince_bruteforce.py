@@ -1,6 +1,6 @@
 """The optimised core held to the package's readable reference, :mod:`simcse_weince.weince.reference`.
 
-The reference is the spec (docs/WEINCE.md) in plain autograd: each anchor's tail sorted and regressed one anchor at a
+The reference is the method (docs/method.md) in plain autograd: each anchor's tail sorted and regressed one anchor at a
 time, the logits and cross-entropy differentiated by autograd, so its gradients do not come from the core's
 closed-form backward. The authors' own numbers (test_weince_reference.py) cover the simclr geometry with beta = 1;
 these cases add the simcse geometry with estimated beta-hat, extra hard-negative columns, lambda well above 0, each

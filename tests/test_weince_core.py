@@ -198,8 +198,8 @@ def test_each_gate_by_hand():
         weight, rho0 = mixing_weights(stats, WeinceConfig(gate=gate))
         assert rho0.item() == 0.02
         torch.testing.assert_close(weight, expected, **exact, msg=gate)
-    # the slopes and the margin enter where the spec puts them: kappa_rho = 5 halves the log-odds of lambda_rho,
-    # kappa_aic = 2 and m = 0 give sigmoid(2 Delta-AIC)
+    # the slopes and the margin enter where docs/method.md#the-two-gates puts them: kappa_rho = 5 halves the log-odds
+    # of lambda_rho, kappa_aic = 2 and m = 0 give sigmoid(2 Delta-AIC)
     weight, _ = mixing_weights(stats, WeinceConfig(gate="rho", kappa_rho=5.0))
     torch.testing.assert_close(weight[:2], _float64([1 / (1 + 2**5), 2**5 / (2**5 + 1)]), **exact)
     weight, _ = mixing_weights(stats, WeinceConfig(gate="aic", kappa_aic=2.0, aic_margin=0.0))

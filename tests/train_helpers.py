@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import unicodedata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -142,3 +144,23 @@ def folder_score(model, results: dict, split: str, data_dir: Path) -> float:
 def data_required() -> bool:
     """Under CI (CI=true) a missing data folder fails the tests that need it: a run without it must not pass."""
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def heading_slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]|<[^>]+>", "", heading.strip()).lower()
+    text = "".join(c for c in text if c in " -" or unicodedata.category(c)[0] in "LN")
+    return text.replace(" ", "-")
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (a repeated heading gets ``-1``, ``-2``, ...)."""
+    anchors, seen, fenced = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := re.match(r"#{1,6} (.+)", line)):
+            slug = heading_slug(match[1])
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors

@@ -2,10 +2,10 @@
 
 Draws rows of negative similarities from known distributions, some in the Gumbel domain (Gaussian, an exponential
 tail; both far from the endpoint 1) and some in the Weibull domain (shortfalls 1 - s with a power-law law near 0,
-uniform), computes the spec's tail statistics (section 4: the k hardest negatives, Weibull and Gumbel lines, ΔAIC)
-exactly as the loss does, and prints per distribution the mean ΔAIC, the share of anchors whose AIC gate is open
-(ΔAIC > m, λ^AIC > ½) and the mean β̂. A gate that discriminates would open for the Weibull rows and stay shut for
-the Gumbel ones.
+uniform), computes the tail statistics (docs/method.md#tail-statistics: the k hardest negatives, Weibull and Gumbel
+lines, ΔAIC) exactly as the loss does, and prints per distribution the mean ΔAIC, the share of anchors whose AIC
+gate is open (ΔAIC > m, λ^AIC > ½) and the mean β̂. A gate that discriminates would open for the Weibull rows and
+stay shut for the Gumbel ones.
 
     python scripts/study/aic_gate_null.py                  # batch 64: 63 negatives, a tail of 32 points
     python scripts/study/aic_gate_null.py --negatives 255  # batch 256

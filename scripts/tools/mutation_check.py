@@ -78,22 +78,22 @@ MUTATIONS = (
     Mutation(
         "core: burn-in of 0 points", TAIL,
         (("return max(1, tail_size // 20)", "return max(0, tail_size // 20)"),),
-        BRUTE, "spec section 4 step 3",
+        BRUTE, "docs/method.md#step-3-plotting-positions-and-the-skipped-top-points",
     ),
     Mutation(
         "core: plotting positions r / k instead of r / (k + 1)", TAIL,
         (("targets = _link_targets(ranks / (k + 1))", "targets = _link_targets(ranks / k)"),),
-        BRUTE, "spec section 4 step 3",
+        BRUTE, "docs/method.md#step-3-plotting-positions-and-the-skipped-top-points",
     ),
     Mutation(
         "core: rho_0 index truncated instead of rounded", TAIL,
         (("round(weince.quantile * (rho.numel() - 1))", "int(weince.quantile * (rho.numel() - 1))"),),
-        HAND, "spec section 5",
+        HAND, "docs/method.md#the-batch-reference",
     ),
     Mutation(
         "core: estimated beta not clamped above", TAIL,
         (("stats.beta_hat.clamp(weince.beta_min, weince.beta_max)", "stats.beta_hat.clamp(weince.beta_min)"),),
-        BRUTE, "spec section 3: beta-hat clamped to [0.5, 16]",
+        BRUTE, "docs/method.md#the-shortfall-exponent: beta-hat clamped to [0.5, 16]",
     ),
     Mutation(
         "core: share of lambda > 0.5 counts lambda = 0.5", CORE,
@@ -108,7 +108,7 @@ MUTATIONS = (
     Mutation(
         "core: the closed-form backward keeps the shortfall term's gradient at the eps floor", SPEEDUPS,
         (("F.threshold_(shortfall, eps, math.inf)", "shortfall.clamp_min_(eps)"),),
-        (*BRUTE, "-k", "endpoint"), "issue 55: weince/reference.py clamps s at 1 - eps, as the spec writes it",
+        (*BRUTE, "-k", "endpoint"), "issue 55: weince/reference.py clamps s at 1 - eps, as the paper writes it",
     ),
     Mutation(
         "core: simclr's hardness weighting also weighs the positive", CORE,
@@ -783,6 +783,28 @@ MUTATIONS = (
         (("running = max(running, min(1.0, (count - rank) * p_values[name]))",
           "running = max(running, min(1.0, count * p_values[name]))"),),
         ("tests/test_doc_claims.py", "-k", "step_down"), "issue 56: which decisions survive would be undercounted",
+    ),
+    # ---- the method's page: the package cites docs/method.md's headings and nothing outside the repository
+    Mutation(
+        "method page: a citation names a heading docs/method.md does not have", TAIL,
+        # the replacement is spelled in two parts so that this file does not itself hold a broken citation
+        (("(docs/method.md#step-1-the-tail-size-k)", "(docs/method.md" + "#step-1-tail-size-k)"),),
+        ("tests/test_method_doc.py", "-k", "names_a_heading"), "a citation would point at nothing",
+    ),
+    Mutation(
+        "method page: a heading the code cites is renamed", "docs/method.md",
+        (("### Step 3: plotting positions and the skipped top points", "### Step 3: plotting positions and burn-in"),),
+        ("tests/test_method_doc.py", "-k", "names_a_heading"), "the page and the code would drift apart",
+    ),
+    Mutation(
+        "method page: the package cites the spec file outside the repository again", "simcse_weince/weince/__init__.py",
+        (("(the method: ``docs/method.md``)", "(spec: ``../shared/docs/WEINCE.md``)"),),
+        ("tests/test_method_doc.py", "-k", "outside_the_repository"), "a clone has no such file",
+    ),
+    Mutation(
+        "method page: a hardness mode the losses accept is not defined", "docs/method.md",
+        (('| `"all_negatives"` | every document but the positive: $j \\ne i$ |\n', ""),),
+        ("tests/test_method_doc.py", "-k", "every_option"), "an option could ship without its definition",
     ),
     # ---- issue 54: models and inputs (i54checks)
     Mutation(

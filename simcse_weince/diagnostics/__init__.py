@@ -1,4 +1,4 @@
-"""Extreme-value diagnostics and the negatives-count theory, for any frozen encoder (spec sections 8-9).
+"""Extreme-value diagnostics and the negatives-count theory, for any frozen encoder (docs/method.md#diagnostics).
 
 * :func:`fit_gpd` / :func:`threshold_stability` — peaks over threshold: is the similarity tail Weibull-type
   (xi < 0, a finite endpoint) or Gumbel-type (xi = 0)?
@@ -68,7 +68,8 @@ __all__ = [
 
 
 def tail_agreement(negative_similarities_matrix, weince=None) -> dict:
-    """The core's per-anchor tail statistics (spec section 4) summarised over anchors, for the report.
+    """The core's per-anchor tail statistics (docs/method.md#tail-statistics) summarised over anchors, for the
+    report.
 
     ``negative_similarities_matrix``: ``A x K`` similarities of anchors to negatives (numpy or torch). Returns
     the share of anchors whose Delta-AIC favours the Weibull line, the mean Delta-AIC, the mean beta-hat and

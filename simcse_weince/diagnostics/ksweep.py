@@ -1,4 +1,4 @@
-"""InfoNCE and the number of negatives (Whiteley 2026; spec section 9).
+"""InfoNCE and the number of negatives (Whiteley 2026; docs/method.md#infonce-and-the-number-of-negatives).
 
 With ``k`` negatives, the InfoNCE objective minus ``log k`` is::
 

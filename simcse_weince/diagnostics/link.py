@@ -1,4 +1,5 @@
-"""Link selection: which link turns similarities into the softmax that picks the positive? (spec section 8)
+"""Link selection: which link turns similarities into the softmax that picks the positive?
+(docs/method.md#link-selection)
 
 Each observation is one anchor's candidate set (its positive and its negatives, as in a contrastive batch) with
 the index of the *winner*, the candidate that is the positive. The nested link family::

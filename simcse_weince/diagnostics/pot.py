@@ -1,4 +1,5 @@
-"""Peaks over threshold: a generalised Pareto fit to the upper tail of negative similarities (spec section 8).
+"""Peaks over threshold: a generalised Pareto fit to the upper tail of negative similarities
+(docs/method.md#peaks-over-threshold).
 
 Take the scores above a high threshold ``u`` (default: their 0.99 quantile), the exceedances ``y = s - u``,
 and fit the generalised Pareto distribution (GPD)::

@@ -310,7 +310,8 @@ class ContrastiveObjective:
     statistics span the global batch and every process computes the same loss. The loss is computed in float32
     with autocast off, whatever the training precision (tail statistics need it). Embeddings to loss is
     :func:`contrastive_loss`, the sentence-transformers losses' path too.
-    ``extra_terms`` is an optional module added to the loss (the authors' top-M terms for vision, spec section 7).
+    ``extra_terms`` is an optional module added to the loss (the authors' top-M terms for vision,
+    docs/method.md#vision-the-top-m-extra-terms).
     ``hardness_strength`` adds sentence-transformers' hard-negative weighting to either loss
     (:func:`~simcse_weince.weince.infonce_loss`; for WEINCE it is ours, not the paper's). ``directions``,
     ``partition_mode`` and ``hardness_mode`` are sentence-transformers' ``MultipleNegativesRankingLoss`` options

@@ -74,7 +74,7 @@ class VisionTrainConfig:
     loss: str = "weince"  # weince | infonce (plain NT-Xent, the paper's baseline)
     temperature: float = 0.5
     weince: WeinceConfig = field(default_factory=WeinceConfig)
-    extra_terms: bool = False  # the authors' top-M terms (spec section 7); off by default
+    extra_terms: bool = False  # the authors' top-M terms, off by default (docs/method.md#vision-the-top-m-extra-terms)
     # optimisation
     batch_size: int = 256  # global batch: split over processes, gathered back for the loss
     learning_rate: float = 3e-4

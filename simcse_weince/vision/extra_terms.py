@@ -1,4 +1,6 @@
-"""The authors' optional top-M extra terms (spec section 7), for faithful vision reproductions only. Off by default.
+"""The authors' optional top-M extra terms, for faithful vision reproductions only. Off by default.
+
+The method: docs/method.md#vision-the-top-m-extra-terms.
 
 Their CIFAR-100 reproduction script adds, on top of the main loss and over the set
 [positive | M = 50 hardest negatives] of every anchor (SimCLR geometry, 2N anchors):
@@ -79,7 +81,7 @@ def global_tail_slope(
 
 
 class TopMExtraTerms(nn.Module):
-    """``0.5 CE[-beta_t log(1 - s)] + 0.5 CE[s / tau]`` over [positive | M hardest negatives] (spec section 7).
+    """``0.5 CE[-beta_t log(1 - s)] + 0.5 CE[s / tau]`` over [positive | M hardest negatives].
 
     Inputs are the two views' projections ``z1, z2`` (N x d each, SimCLR geometry, gathered across processes
     in distributed training). Returns the weighted sum of the two cross-entropies (float32).

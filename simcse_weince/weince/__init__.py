@@ -1,11 +1,11 @@
-"""WEINCE's functional core: tensors in, tensors out, no trainable parameters (spec: ``../shared/docs/WEINCE.md``).
+"""WEINCE's functional core: tensors in, tensors out, no trainable parameters (the method: ``docs/method.md``).
 
 ================  =========================================================================================
 ``loss.py``       :func:`weince_loss`, :func:`infonce_loss`, :func:`weince_logits`: the losses and their logits
 ``tail.py``       :func:`tail_statistics`, :func:`mixing_weights`: the stop-gradient side that sets λ per anchor
 ``config.py``     :class:`WeinceConfig`: the mixing weight's hyper-parameters (the paper's defaults)
 ``speedups.py``   what makes ``loss.py`` fast: hand-written backward passes, the numpy top-k of the tail
-``reference.py``  :func:`reference_weince_loss`: the same loss as the spec writes it, plain autograd, to read
+``reference.py``  :func:`reference_weince_loss`: the same loss as ``docs/method.md`` writes it, plain autograd
 ================  =========================================================================================
 
 Example::

@@ -15,7 +15,7 @@ GATES = ("both", "rho", "aic")
 STATISTIC_KEYS = ("lambda_mean", "lambda_above_half", "rho0", "delta_aic_mean", "beta_hat_mean")
 
 
-#: the domain of each numeric hyper-parameter, as the method defines it (spec sections 3-5; docs/loss.md)
+#: the domain of each numeric hyper-parameter, as the method defines it (docs/method.md#hyper-parameters)
 WEINCE_DOMAINS = {
     "quantile": Domain(0, 1, why="a quantile of the batch's hardness"),
     "aic_margin": Domain(why="a Delta-AIC, either sign"),
@@ -32,7 +32,7 @@ WEINCE_DOMAINS = {
 
 @dataclass
 class WeinceConfig:
-    """Hyper-parameters of the WEINCE mixing weight (spec sections 3-5). No trainable parameters.
+    """Hyper-parameters of the WEINCE mixing weight (docs/method.md#the-mixing-weight). No trainable parameters.
 
     Args:
         quantile: q, the batch quantile of the hardness rho_i that sets the reference rho_0.

@@ -11,12 +11,12 @@ d_i = its positive p_i and its hard negatives), up to four blocks of similaritie
 
 ``partition_mode="joint"`` puts the blocks of anchor i side by side in one row, one softmax whose target is the
 ``query_to_doc`` positive; ``"per_direction"`` (``query_to_doc`` and ``doc_to_query`` only) gives every block its
-own softmax and averages the losses. WEINCE on these rows (``docs/directions.md``): every row the loss builds has its
-own λ and β; its *negatives* for the tail statistics are its finite entries other than its positive(s) (in a joint
-row, the ``doc_to_query`` entry of the pair is the positive pair again and is not a negative); the shortfall logit is
-blended into every finite entry (positives included, as in the single-direction loss); masked entries (``-inf``) take
-no part in anything. ρ₀ is the quantile over the rows of one softmax: the batch's anchors in ``joint``, each
-direction's rows separately in ``per_direction``. λ = 0 is MNRL exactly.
+own softmax and averages the losses. WEINCE on these rows (docs/method.md#what-each-row-holds): every row the loss
+builds has its own λ and β; its *negatives* for the tail statistics are its finite entries other than its
+positive(s) (in a joint row, the ``doc_to_query`` entry of the pair is the positive pair again and is not a
+negative); the shortfall logit is blended into every finite entry (positives included, as in the single-direction
+loss); masked entries (``-inf``) take no part in anything. ρ₀ is the quantile over the rows of one softmax: the
+batch's anchors in ``joint``, each direction's rows separately in ``per_direction``. λ = 0 is MNRL exactly.
 
 The single-direction default (``("query_to_doc",)``) is :func:`~simcse_weince.weince.loss.weince_loss`'s simcse
 geometry; :func:`~simcse_weince.losses.from_embeddings.loss_from_embeddings` routes it there (its fast closed-form

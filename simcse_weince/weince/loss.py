@@ -7,12 +7,12 @@ WEINCE blends, per anchor i, the InfoNCE logit ``s_ij / tau`` with the endpoint-
 
 ``lambda_i`` (the *mixing weight*) and ``beta_i`` are stop-gradient statistics of anchor i's hardest negatives
 (how close they come to the endpoint 1, and whether a Weibull line fits their tail better than a Gumbel
-line). ``lambda = 0`` is exactly InfoNCE. The normative spec is ``docs/WEINCE.md`` of the project's shared
-folder; section numbers below refer to it.
+line). ``lambda = 0`` is exactly InfoNCE. The method, every formula and default: docs/method.md#the-two-logits.
 
-The stop-gradient side (the tail statistics and lambda, spec sections 4-5) lives in :mod:`simcse_weince.weince.tail`;
-this module holds the similarities, the logit and the losses, and dispatches to the speed machinery of
-:mod:`simcse_weince.weince.speedups` (hand-written backward passes, numpy top-k), which computes the same formula.
+The stop-gradient side (the tail statistics and lambda, docs/method.md#tail-statistics) lives in
+:mod:`simcse_weince.weince.tail`; this module holds the similarities, the logit and the losses, and dispatches to the
+speed machinery of :mod:`simcse_weince.weince.speedups` (hand-written backward passes, numpy top-k), which computes
+the same formula.
 The formula read top to bottom, in plain autograd, is :mod:`simcse_weince.weince.reference`; the tests hold this
 module to it. Everything is vectorised over anchors (one top-k and two closed-form regressions per batch) and runs in
 float32 or float64 even when the inputs are half precision or an autocast region is active.
@@ -159,6 +159,7 @@ def weince_logits(similarities, mixing_weight, beta, temperature: float, eps: fl
 
     ``mixing_weight`` and ``beta`` are per-row (length A) and treated as constants (detach them first).
     Differentiable by autograd; :func:`weince_loss` computes the same logits with a closed-form backward.
+    The clamp: docs/method.md#the-clamp-near-the-endpoint.
     """
     scales = _logit_scales(mixing_weight, beta, float(temperature), similarities.dtype)
     return _blended_logits(similarities, *scales, eps)[0]
@@ -394,7 +395,7 @@ def hardness_mask(hardness_mode: str, num_rows: int, num_columns: int, device) -
     """A x C mask of the entries sentence-transformers' ``hardness_mode`` weights, in the simcse layout (candidate
     columns: the positives 0..A-1, then each hard-negative column; anchor i's own are i, i + A, i + 2A, ...):
     ``in_batch_negatives``: every column but the anchor's own; ``hard_negatives``: its own hard negatives only;
-    ``all_negatives``: every column but its positive."""
+    ``all_negatives``: every column but its positive (docs/method.md#hardness-modes)."""
     if hardness_mode not in HARDNESS_MODES:
         raise ValueError(f"unknown hardness_mode {hardness_mode!r}; expected one of {HARDNESS_MODES}")
     rows = torch.arange(num_rows, device=device)[:, None]
@@ -407,8 +408,9 @@ def hardness_mask(hardness_mode: str, num_rows: int, num_columns: int, device) -
 
 
 def summarize_statistics(stats: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The per-step λ statistics of spec section 5 from ``weince_loss(..., return_stats=True)``'s dict: mean lambda,
-    share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no device sync)."""
+    """The per-step λ statistics (docs/method.md#per-step-statistics) from ``weince_loss(..., return_stats=True)``'s
+    dict: mean lambda, share of anchors with lambda > 0.5, rho_0, mean Delta-AIC, mean beta_hat, as 0-d tensors (no
+    device sync)."""
     weight = stats["mixing_weight"]
     values = (
         weight.mean(),

@@ -1,9 +1,9 @@
-"""WEINCE as the spec writes it, in plain autograd: the readable reference of the loss.
+"""WEINCE as the method writes it, in plain autograd: the readable reference of the loss.
 
-This is the formula of the paper (spec: ``docs/WEINCE.md`` of the project's shared folder; section numbers below
-refer to it), read top to bottom: cosine similarities, each anchor's tail of hardest negatives, its statistics and
-mixing weight λ_i (no gradient), the blended logits, cross-entropy. Float64 throughout, one anchor at a time where
-the spec speaks of one anchor, no in-place operation and no hand-written gradient: autograd differentiates it.
+This is the formula of the paper (``docs/method.md``; the comments below name its headings), read top to bottom:
+cosine similarities, each anchor's tail of hardest negatives, its statistics and mixing weight λ_i (no gradient), the
+blended logits, cross-entropy. Float64 throughout, one anchor at a time where
+the method speaks of one anchor, no in-place operation and no hand-written gradient: autograd differentiates it.
 
 :func:`~simcse_weince.weince.loss.weince_loss` computes the same loss fast (a closed-form backward, a numpy top-k,
 float64 similarities only where the statistics need them: :mod:`simcse_weince.weince.speedups`), and
@@ -45,7 +45,7 @@ def reference_weince_loss(
     (2N-1), the positive first, then the negatives in row order).
     """
     weince = weince or WeinceConfig()
-    # section 1: similarities, and each anchor's positive and negatives
+    # docs/method.md#notation-and-candidate-sets: similarities, and each anchor's positive and negatives
     if geometry == "simclr":  # every row of z = [u; v] is an anchor; its positive is its other view
         anchors = candidates = torch.cat([anchors, candidates])
     a, c = anchors.double(), candidates.double()
@@ -58,7 +58,7 @@ def reference_weince_loss(
         positives, candidate_of = (rows + num_anchors // 2) % num_anchors, ~torch.eye(num_anchors, dtype=torch.bool)
     negative_of = candidate_of & (torch.arange(num_candidates) != positives[:, None])
 
-    # sections 4-5: each anchor's tail statistics and mixing weight, without gradient
+    # docs/method.md#tail-statistics and docs/method.md#the-mixing-weight: without gradient
     tails = [_anchor_tail(sims[i][negative_of[i]].detach(), weince) for i in range(num_anchors)]
     rho, delta_aic, beta_hat = torch.tensor([tail[:3] for tail in tails], dtype=torch.float64).T
     degenerate = any(tail[3] for tail in tails)
@@ -73,7 +73,7 @@ def reference_weince_loss(
     else:
         beta = torch.full((num_anchors,), float(weince.beta), dtype=torch.float64)
 
-    # section 3: the blended logits (gradients flow through s in both terms), then InfoNCE's cross-entropy
+    # docs/method.md#the-blended-logit (gradients flow through s in both terms), then InfoNCE's cross-entropy
     lam, beta_col = weight[:, None], beta[:, None]
     shortfall_logit = -torch.log(1 - torch.clamp(sims, max=1 - weince.eps))
     logits = (1 - lam) * sims / temperature + lam * beta_col * shortfall_logit
@@ -89,7 +89,8 @@ def reference_weince_loss(
 
 
 def _anchor_tail(negatives: torch.Tensor, weince: WeinceConfig):
-    """``(rho, delta_aic, beta_hat, degenerate)`` of one anchor's negative similarities (section 4, steps 1-6)."""
+    """``(rho, delta_aic, beta_hat, degenerate)`` of one anchor's negative similarities
+    (docs/method.md#tail-statistics)."""
     num_negatives = negatives.numel()
     k = max(weince.min_tail_points, round(weince.tail_fraction * num_negatives))
     k = min(k, num_negatives)
@@ -111,7 +112,8 @@ def _anchor_tail(negatives: torch.Tensor, weince: WeinceConfig):
 
 
 def _least_squares(x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    """Slope and SSE (clamped below at 1e-12) of the least-squares line of y on x (section 4 step 4)."""
+    """Slope and SSE (clamped below at 1e-12) of the least-squares line of y on x
+    (docs/method.md#step-4-the-weibull-and-gumbel-lines)."""
     x_bar, y_bar = x.mean(), y.mean()
     slope = ((x - x_bar) * (y - y_bar)).sum() / ((x - x_bar) ** 2).sum().clamp_min(1e-12)
     sse = ((y - (y_bar + slope * (x - x_bar))) ** 2).sum()

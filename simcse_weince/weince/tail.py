@@ -1,4 +1,6 @@
-"""WEINCE's tail statistics and mixing weight (spec sections 4-5): tensors in, detached tensors out.
+"""WEINCE's tail statistics and mixing weight: tensors in, detached tensors out.
+
+The method: docs/method.md#tail-statistics and docs/method.md#the-mixing-weight.
 
 Per anchor, the hardest negatives' shortfalls ``1 - s`` are regressed on two link lines (Weibull: ``log F``;
 Gumbel: ``log(-log F)``); their AIC difference, the Weibull slope and how close the hardest negative comes to the
@@ -30,7 +32,7 @@ _DEFAULT_CONFIG = WeinceConfig()
 
 @dataclass
 class TailStatistics:
-    """Per-anchor tail statistics (spec section 4); all detached, float32 or float64."""
+    """Per-anchor tail statistics (docs/method.md#tail-statistics); all detached, float32 or float64."""
 
     rho: torch.Tensor  # shortfall 1 - s of the hardest negative, floored at eps
     delta_aic: torch.Tensor  # AIC(Gumbel) - AIC(Weibull); positive favours the Weibull line
@@ -42,7 +44,8 @@ class TailStatistics:
 def statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
     """float64 for float64 inputs, float32 otherwise.
 
-    Tail statistics and WEINCE logits never run in half precision: 1 - s loses every digit near 1.
+    Tail statistics and WEINCE logits never run in half precision: 1 - s loses every digit near 1
+    (docs/method.md#precision).
     """
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
@@ -51,7 +54,7 @@ def statistics_dtype(*tensors: torch.Tensor) -> torch.dtype:
 
 
 def _tail_size(num_negatives: int, weince: WeinceConfig) -> int:
-    """k, the number of hardest negatives that form an anchor's tail (spec section 4 step 1)."""
+    """k, the number of hardest negatives that form an anchor's tail (docs/method.md#step-1-the-tail-size-k)."""
     k = max(int(weince.min_tail_points), round(weince.tail_fraction * num_negatives))
     k = min(k, num_negatives)
     k = max(10, k)
@@ -59,7 +62,8 @@ def _tail_size(num_negatives: int, weince: WeinceConfig) -> int:
 
 
 def _burn_in(tail_size: int) -> int:
-    """How many of the hardest points the regressions skip (spec section 4 step 3): the top 5%, at least one."""
+    """How many of the hardest points the regressions skip, the top 5%, at least one
+    (docs/method.md#step-3-plotting-positions-and-the-skipped-top-points)."""
     return max(1, tail_size // 20)
 
 
@@ -67,8 +71,9 @@ _PLOTTING_POSITIONS_CACHE: dict = {}
 
 
 def _link_targets(plotting_positions: torch.Tensor) -> torch.Tensor:
-    """The two regression targets of the tail (spec section 4), stacked on dim -2: the Weibull line ``log F`` and
-    the Gumbel line ``log(-log F)`` with its sign flipped, so that a tail of either type has a positive slope."""
+    """The two regression targets of the tail, stacked on dim -2: the Weibull line ``log F`` and the Gumbel line
+    ``log(-log F)`` with its sign flipped, so that a tail of either type has a positive slope
+    (docs/method.md#step-4-the-weibull-and-gumbel-lines)."""
     log_f = plotting_positions.log()
     return torch.stack([log_f, -(-log_f).log()], dim=-2)
 
@@ -96,7 +101,7 @@ def tail_statistics(
     overwrite: bool = False,
     config: WeinceConfig | None = None,
 ) -> TailStatistics:
-    """Per-anchor tail statistics of the hardest negatives (spec section 4), without gradient.
+    """Per-anchor tail statistics of the hardest negatives (docs/method.md#tail-statistics), without gradient.
 
     Args:
         negative_similarities: ``A x K`` cosine similarities of each anchor to its negatives. Entries that
@@ -151,7 +156,8 @@ def _fit_lines(log_shortfalls: torch.Tensor, centred_targets: torch.Tensor, weig
 
 
 def _aic_statistics(slopes, sse, n):
-    """Delta-AIC and beta_hat from the two fits (spec section 4, steps 4-5). ``n`` is a scalar or length A.
+    """Delta-AIC and beta_hat from the two fits (docs/method.md#step-5-delta-aic-and-the-tail-index). ``n`` is a
+    scalar or length A.
 
     ``AIC = n log(SSE / n) + 4`` for both lines, so ``Delta-AIC = AIC_Gumbel - AIC_Weibull = n log(SSE_G / SSE_W)``.
     A line with the wrong-signed slope does not describe the tail: its SSE gets the authors' 1e6 penalty.
@@ -165,7 +171,7 @@ def _uniform_tail_statistics(sims: torch.Tensor, k: int, eps: float, overwrite: 
     rho = shortfalls.select(1, 0)
     burn_in = _burn_in(k)
     n = k - burn_in
-    if n < 2:  # the authors' fallback for degenerate tails
+    if n < 2:  # the authors' fallback for degenerate tails (docs/method.md#step-6-degenerate-tails)
         zeros = torch.zeros_like(rho)
         return TailStatistics(rho, zeros, zeros.clone(), torch.full_like(rho, max(n, 0)), True)
     targets = _centred_link_targets(k, burn_in, sims.dtype, sims.device)
@@ -200,8 +206,8 @@ def _masked_tail_statistics(sims: torch.Tensor, counts: list[int], weince: Weinc
 
 
 def mixing_weights(stats: TailStatistics, weince: WeinceConfig | None = None, *, config: WeinceConfig | None = None):
-    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (spec section 5), under
-    ``weince`` (``config=`` is its old, deprecated name).
+    """Mixing weight lambda_i in [0, 1] per anchor and the batch reference rho_0 (docs/method.md#the-mixing-weight),
+    under ``weince`` (``config=`` is its old, deprecated name).
 
     Returns ``(mixing_weight, rho0)``.
     """
@@ -222,7 +228,8 @@ def mixing_weights(stats: TailStatistics, weince: WeinceConfig | None = None, *,
 
 
 def shortfall_exponent(stats: TailStatistics, weince: WeinceConfig) -> torch.Tensor:
-    """beta_i of the shortfall logit: the clamped Weibull slope (the paper) or the WeinceConfig's constant."""
+    """beta_i of the shortfall logit: the clamped Weibull slope (the paper) or the WeinceConfig's constant
+    (docs/method.md#the-shortfall-exponent)."""
     if weince.beta == "estimated":
         return stats.beta_hat.clamp(weince.beta_min, weince.beta_max)
     return torch.full_like(stats.beta_hat, float(weince.beta))
