@@ -220,3 +220,19 @@ def test_a_received_sentence_transformers_config_is_read_strictly(tmp_path, text
         default_max_seq_length(str(tmp_path), tokenizer=None)
     (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 16}', encoding="utf-8")
     assert default_max_seq_length(str(tmp_path), tokenizer=None) == 16
+
+
+def test_a_resumed_run_keeps_only_the_well_formed_rows_of_its_log_up_to_its_checkpoint(tmp_path):
+    """On resume the CSV log keeps the rows up to the checkpoint's step; a row whose step is not a count (an edited
+    or damaged log) is dropped rather than stopping the resume with a traceback."""
+    from simcse_weince.training.tracking import make_csv_tracker
+
+    log = tmp_path / "metrics.csv"
+    rows = ["1,loss,0.5", "2,loss,0.4", "x,loss,0.3", "-1,loss,0.2", ",loss,0.1", "3,loss,0.05", "2,lr,1e-5"]
+    log.write_text("step,name,value\n" + "\n".join(rows) + "\n")
+    tracker = make_csv_tracker(tmp_path)
+    tracker.start_step = 2
+    tracker.start()
+    tracker.log({"loss": 0.25}, step=3)
+    tracker.finish()
+    assert log.read_text().splitlines() == ["step,name,value", "1,loss,0.5", "2,loss,0.4", "2,lr,1e-5", "3,loss,0.25"]

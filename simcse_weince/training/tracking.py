@@ -26,6 +26,15 @@ from simcse_weince.weince.loss import STATISTIC_KEYS
 logger = logging.getLogger(__name__)
 
 
+def _logged_step(row: dict) -> float:
+    """A metrics.csv row's step; a row that names none (a damaged or edited log) sorts past every step (dropped)."""
+    try:
+        step = int(row["step"])
+    except (KeyError, TypeError, ValueError):
+        return math.inf
+    return step if step >= 0 else math.inf
+
+
 def make_csv_tracker(logging_dir: Path):
     """An Accelerate tracker appending ``step,name,value`` rows to ``<logging_dir>/metrics.csv`` (long format:
     any metric at any step; ``pandas.read_csv(...).pivot(index="step", columns="name")`` makes it wide).
@@ -54,7 +63,7 @@ def make_csv_tracker(logging_dir: Path):
             rows = []
             if self.path.is_file():
                 with self.path.open(newline="") as handle:
-                    rows = [row for row in csv.DictReader(handle) if int(row["step"]) <= self.start_step]
+                    rows = [row for row in csv.DictReader(handle) if _logged_step(row) <= self.start_step]
             self.file = self.path.open("w", newline="")
             self.writer = csv.writer(self.file)
             self.writer.writerow(["step", "name", "value"])
