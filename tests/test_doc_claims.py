@@ -69,14 +69,14 @@ def _planted(tmp_path, name: str, old: str, new: str):
 PLANTED = {
     "another real contrast swapped in for the named one (A's over InfoNCE for A's over the peer)": (
         "README.md",
-        "A\n+0.79 [+0.64, +0.93]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
-        "A\n+1.31 [+1.08, +1.53]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "A +0.79 [+0.64, +0.93]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "A +1.31 [+1.08, +1.53]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
         "+1.31",
     ),
     "B's quote replaced by C's": (
         "README.md",
-        "B\n+0.34 [+0.17, +0.51]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
-        "B\n−0.27 [−0.50, −0.04]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "B +0.34 [+0.17, +0.51]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "B −0.27 [−0.50, −0.04]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
         "−0.27",
     ),
     "a dev quote replaced by test's": (
