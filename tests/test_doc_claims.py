@@ -18,7 +18,8 @@ sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # doc_tables
 
 #: at least this many quoted contrasts and references in each document's prose (a broken finder would find none)
 STUDY1, STUDY2 = "docs/studies/2026-12-01-study1-results.md", "docs/studies/2026-12-02-study2-results.md"
-STUDY3, CORRECTIONS = "docs/studies/2026-12-06-study3-results.md", "docs/studies/2026-12-07-corrections-and-multiplicity.md"
+STUDY3 = "docs/studies/2026-12-06-study3-results.md"
+CORRECTIONS = "docs/studies/2026-12-07-corrections-and-multiplicity.md"
 MIN_QUOTES = {"README.md": 10, "docs/experiments.md": 0, STUDY1: 4, STUDY2: 10, STUDY3: 10, CORRECTIONS: 10}
 #: the kinds of reference each document uses at least once
 REFERENCE_KINDS = {"README.md": {"contrast", "seeds", "count", "settings", "value"}, "docs/experiments.md": set(),
@@ -302,7 +303,7 @@ def _anchors(path) -> set[str]:
 
 
 def test_every_relative_link_resolves():
-    """README.md's and docs/**/*.md's relative links (and images) point at files that exist and at headings they hold."""
+    """README.md's and docs/**/*.md's relative links (and images) point at existing files and at their headings."""
     broken = []
     for document in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]:
         fenced = False
