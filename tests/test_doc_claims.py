@@ -1,6 +1,6 @@
-"""Every result the README and docs/experiments.md state is what the archived cells give, each quote is checked as
-the contrast its sentence names, every number of the README has a stored source, every relative link in README.md and
-docs/*.md resolves, and Holm's correction is Holm's."""
+"""Every result the README and the study records (docs/studies/) state is what the archived cells give, each quote
+is checked as the contrast its sentence names, every number of the README has a stored source, every relative link
+in README.md and docs/**/*.md resolves, and Holm's correction is Holm's."""
 
 from __future__ import annotations
 
@@ -16,17 +16,23 @@ from simcse_weince.compare.statistics import holm, paired_t_p
 sys.path.insert(0, str(REPO_ROOT / "scripts" / "study"))  # doc_tables
 
 #: at least this many quoted contrasts and references in each document's prose (a broken finder would find none)
-MIN_QUOTES = {"README.md": 10, "docs/experiments.md": 40}
+STUDY1, STUDY2 = "docs/studies/2026-12-01-study1-results.md", "docs/studies/2026-12-02-study2-results.md"
+STUDY3 = "docs/studies/2026-12-06-study3-results.md"
+CORRECTIONS = "docs/studies/2026-12-07-corrections-and-multiplicity.md"
+MIN_QUOTES = {"README.md": 10, "docs/experiments.md": 0, STUDY1: 4, STUDY2: 10, STUDY3: 10, CORRECTIONS: 10}
 #: the kinds of reference each document uses at least once
-REFERENCE_KINDS = {"README.md": {"contrast", "seeds", "count", "settings", "value"},
-                   "docs/experiments.md": {"contrast", "wtl", "seeds"}}  # fmt: skip
+REFERENCE_KINDS = {"README.md": {"contrast", "seeds", "count", "settings", "value"}, "docs/experiments.md": set(),
+                   STUDY1: {"contrast"}, STUDY2: {"contrast", "wtl", "seeds"}, STUDY3: {"contrast", "wtl", "seeds"},
+                   CORRECTIONS: {"contrast", "wtl", "seeds", "settings", "value"}}  # fmt: skip
 #: the blocks each document must carry: a table moved back to hand-copying would escape the check
 EXPECTED_BLOCKS = {
     "README.md": {"decisions", "published-and-ours", "minilm-sts"},
-    "docs/experiments.md": {"comparison/cpu-cls", "comparison/cpu-demo", "comparison/digits", "study1-pairs",
-                            "lambda/study1", "digits-pairs", "study2-scores", "study2-contrasts", "lambda/study2",
-                            "study3-pilot", "study3-scores", "study3-contrasts", "study3-dev-contrasts", "holm/study1",
-                            "holm/study2", "holm/study3"},
+    "docs/experiments.md": {"study3-pilot"},
+    STUDY1: {"comparison/cpu-cls", "comparison/cpu-demo", "comparison/digits", "study1-pairs", "lambda/study1",
+             "digits-pairs"},
+    STUDY2: {"study2-scores", "study2-contrasts", "lambda/study2"},
+    STUDY3: {"study3-scores", "study3-contrasts"},
+    CORRECTIONS: {"study3-dev-contrasts", "holm/study1", "holm/study2", "holm/study3"},
 }  # fmt: skip
 
 
@@ -36,6 +42,7 @@ def test_the_docs_results_are_what_the_archived_cells_give():
     the reference beside it gives."""
     import doc_tables
 
+    assert set(EXPECTED_BLOCKS) == set(doc_tables.DOCUMENTS)  # a new record is checked, and named here
     for name, blocks in EXPECTED_BLOCKS.items():
         text = (REPO_ROOT / name).read_text(encoding="utf-8")
         assert blocks <= set(doc_tables.block_names(text)), f"{name} lost a generated table"
@@ -46,7 +53,9 @@ def test_the_docs_results_are_what_the_archived_cells_give():
 
 
 def _planted(tmp_path, name: str, old: str, new: str):
-    for document in EXPECTED_BLOCKS:
+    import doc_tables
+
+    for document in doc_tables.DOCUMENTS:
         (tmp_path / document).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / document, tmp_path / document)
     text = (tmp_path / name).read_text(encoding="utf-8")
@@ -60,14 +69,14 @@ def _planted(tmp_path, name: str, old: str, new: str):
 PLANTED = {
     "another real contrast swapped in for the named one (A's over InfoNCE for A's over the peer)": (
         "README.md",
-        "A\n+0.79 [+0.64, +0.93]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
-        "A\n+1.31 [+1.08, +1.53]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "A +0.79 [+0.64, +0.93]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
+        "A +1.31 [+1.08, +1.53]<!-- contrast: study3/A/test weince-hardness - infonce-hardness -->",
         "+1.31",
     ),
     "B's quote replaced by C's": (
         "README.md",
-        "B\n+0.34 [+0.17, +0.51]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
-        "B\n−0.27 [−0.50, −0.04]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "B +0.34 [+0.17, +0.51]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
+        "B −0.27 [−0.50, −0.04]<!-- contrast: study3/B/test weince-hardness - infonce-hardness -->",
         "−0.27",
     ),
     "a dev quote replaced by test's": (
@@ -85,13 +94,13 @@ PLANTED = {
     "a seed count changed": ("README.md", "bundled MiniLM, 5 seeds<!--", "bundled MiniLM, 6 seeds<!--", "6 seeds"),
     "a range of seeds changed": ("README.md", "(seeds 1–10<!--", "(seeds 1–9<!--", "seeds 1–9"),
     "a W/T/L in prose changed": (
-        "docs/experiments.md",
+        STUDY3,
         "(15/0/0<!-- wtl: study3/A,B,D",
         "(14/0/1<!-- wtl: study3/A,B,D",
         "14/0/1",
     ),
     "a W/T/L with its mean changed": (
-        "docs/experiments.md",
+        STUDY3,
         "(−0.27, 0/0/5<!-- contrast: study3/C/test weince-hardness - infonce-hardness -->)\n",
         "(−0.27, 1/0/4<!-- contrast: study3/C/test weince-hardness - infonce-hardness -->)\n",
         "1/0/4",
@@ -121,7 +130,7 @@ PLANTED = {
         "9/0/1",
     ),
     "a number inside a generated table changed": (
-        "docs/experiments.md",
+        STUDY3,
         "| 85.51 ± 0.04 |",
         "| 85.52 ± 0.04 |",
         "study3-scores",
@@ -274,9 +283,9 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
 def test_every_relative_link_resolves():
-    """README.md's and docs/*.md's relative links (and images) point at files that exist and at headings they hold."""
+    """README.md's and docs/**/*.md's relative links (and images) point at existing files and at their headings."""
     broken = []
-    for document in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+    for document in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]:
         fenced = False
         for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
             fenced = fenced != line.startswith("```")

@@ -267,7 +267,7 @@ def test_hardness_mechanism_summary_reads_every_archived_measurement(tmp_path):
 
 
 def test_archived_study3_summary_is_what_its_archived_cells_give():
-    """Study 3's published answer (``hardness.json`` / ``hardness.md``, quoted in docs/experiments.md and the README)
+    """Study 3's published answer (``hardness.json`` / ``hardness.md``, quoted in docs/studies/ and the README)
     must be what the protocol's analysis computes from the 80 archived cells, and every cell must count under the
     protocol's rules: trained at the pinned commit, on the pinned releases, in fp32, with its variant's loss and α."""
     import hardness_study

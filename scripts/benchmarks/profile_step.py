@@ -18,7 +18,7 @@ on the calling thread. The table gives milliseconds per step and shares.
 
 Read each column's shares, not the ratio between the columns: with both models in one process, alternating,
 sentence-transformers' step runs slower than alone (2.7-3.3 s against 2.4 s on a 2-core Zen 4;
-docs/performance.md, section 8). ``scripts/benchmarks/bench_train.py`` measures the ratio.
+docs/performance.md#an-fp32-step-on-the-zen-4-2026-12-03). ``scripts/benchmarks/bench_train.py`` measures the ratio.
 """
 
 from __future__ import annotations

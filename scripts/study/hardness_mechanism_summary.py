@@ -1,4 +1,4 @@
-"""Study 3's mechanism, read side by side (docs/experiments.md, "Study 3: results"): the tables and the figure that
+"""Study 3's mechanism, read side by side (docs/studies/2026-12-06-study3-results.md): the tables and the figure that
 test the protocol's predictions 1-3, from the archived ``hardness_mechanism.py`` outputs and the pilot.
 
 Reads ``<mechanism-dir>/mechanism.json`` (the protocol's measurement) and, where present, its ``peer-alpha-*/``

@@ -1,4 +1,4 @@
-"""The markdown of a study's results, from its comparison.json files: what README and docs/experiments.md show.
+"""The markdown of a study's results, from its comparison.json files: what README and docs/studies/ show.
 
 For each sweep folder: the paired table (`comparison.md`), the cells' commit, the λ statistics of each WEINCE
 variant averaged over seeds and steps, the decision of docs/experiments.md (the 95% interval of the paired

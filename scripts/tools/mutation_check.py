@@ -58,6 +58,8 @@ FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/c
 FROM_EMBEDDINGS, GRADCACHE = "simcse_weince/losses/from_embeddings.py", "simcse_weince/text/gradcache.py"
 STATISTICS_CALLBACK = "simcse_weince/losses/weince_statistics_callback.py"
 HAND = ("tests/test_weince_core.py", "-k", "by_hand")
+DOCS_WORDS = "tests/test_docs_speak_of_the_project.py"
+CORRECTIONS_RECORD = "docs/studies/2026-12-07-corrections-and-multiplicity.md"
 DIRECTIONS, MNRL_TESTS = "simcse_weince/weince/directions.py", "tests/test_mnrl_equivalence.py"
 BRUTE = ("tests/test_weince_bruteforce.py",)
 API_TESTS, CACHED_BASE = "tests/test_mnrl_api.py", "simcse_weince/losses/_cached.py"
@@ -1138,6 +1140,22 @@ MUTATIONS = (
         "run identity: the folder's id not kept on a restart from step 0", LOOP,
         (("new_trainer_state(folder.run_id or new_run_id(),", "new_trainer_state(new_run_id(),"),),
         (CASES, "-k", "restart_from_step_0"), "killed before its first checkpoint, resumed, killed again: blocked",
+    ),
+    # ---- the docs speak of the project
+    Mutation(
+        "docs words: an issue number in a dated study record", CORRECTIONS_RECORD,
+        (("after an independent audit recomputed", "after an independent audit (issue 7) recomputed"),),
+        (DOCS_WORDS, "-k", "name_no_issue"), "the study records would read as a lab notebook again",
+    ),
+    Mutation(
+        "docs words: the finder reads docs/ but not its subfolders", DOCS_WORDS,
+        (("sorted((root / \"docs\").rglob(\"*.md\"))", "sorted((root / \"docs\").glob(\"*.md\"))"),),
+        (DOCS_WORDS, "-k", "planted_notebook"), "docs/studies/ would escape the check",
+    ),
+    Mutation(
+        "docs words: the README grows past its limit", "README.md",
+        (("## More\n", "## More\n\nA.\n\nB.\n\nC.\n"),),
+        (DOCS_WORDS, "-k", "short_enough"), "the front door would grow back into a manual",
     ),
 )
 # fmt: on
