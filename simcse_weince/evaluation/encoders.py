@@ -62,7 +62,7 @@ def length_sorted_batches(
 
     Lengths are token counts when a ``tokenizer`` is given (truncated at ``max_length`` as the encoding will be),
     characters otherwise. Token counts matter: character-sorted batches pad far more than token-sorted ones
-    (docs/performance.md, section 5).
+    (docs/performance.md#the-numbers-behind-the-codes-choices).
     """
     if tokenizer is not None and len(sentences):
         ids = tokenizer(list(sentences), truncation=max_length is not None, max_length=max_length)["input_ids"]

@@ -231,7 +231,8 @@ class TrainConfig:
 
 
 #: ``length_chunks: auto``: 4 length-sorted chunks, except one padded forward under bf16/fp16 on CPUs with AMX
-#: and on accelerators, where four smaller forwards do not pay (the measurements: docs/performance.md, section 12).
+#: and on accelerators, where four smaller forwards do not pay
+#: (the measurements: docs/performance.md#the-numbers-behind-the-codes-choices).
 AUTO_LENGTH_CHUNKS = 4
 
 

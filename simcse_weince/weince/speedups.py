@@ -170,7 +170,7 @@ class _WeinceCrossEntropy(torch.autograd.Function):
 
 # numpy sorts and partitions 32-bit floats with vector instructions but 64-bit ones (on the CPUs measured) without,
 # so a wide float64 matrix is partitioned faster through its float32 rounding; below this many columns the float64
-# partition is as fast (why: docs/performance.md, section 12).
+# partition is as fast (why: docs/performance.md#the-numbers-behind-the-codes-choices).
 _FLOAT32_PRESELECTION_MIN_COLUMNS = 256
 
 
@@ -188,7 +188,8 @@ def _largest_by_float32(sims: torch.Tensor, k: int) -> np.ndarray | None:
     values = sims.numpy()
     rounded = values.astype(np.float32)
     num_columns = values.shape[1]
-    # a full float32 sort finds the threshold faster than a float32 partition does (docs/performance.md, section 12)
+    # a full float32 sort finds the threshold faster than a float32 partition does
+    # (docs/performance.md#the-numbers-behind-the-codes-choices)
     kth = np.sort(rounded, axis=1)[:, num_columns - k, None]
     selected = np.compress((rounded >= kth).ravel(), values.ravel())  # row by row, so k per row in order
     if selected.size != values.shape[0] * k:

@@ -4,7 +4,7 @@ torch computes an fp32 ``nn.Linear`` on the CPU with MKL's sgemm. On AMD CPUs MK
 oneDNN (part of every x86 torch build: torch's bf16 matmuls and inductor's CPU kernels use it) picks its kernels by
 instruction set. On the AMD CPUs measured, MiniLM's linear layers ran faster with the forward and the input
 gradient through oneDNN; the weight gradient stays with torch's mm, as fast as oneDNN's for that product
-(docs/performance.md, sections 9 and 12).
+(docs/performance.md#fp32-linear-layers-through-onednn-zen-4-2026-12-03).
 
 The products are the same; oneDNN sums them in another order, so results move at fp32 rounding, as they do between
 CPUs whose kernels differ (``tests/test_step_losses.py``'s tolerance). Nothing else changes: the weights are the
