@@ -57,6 +57,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -622,6 +623,7 @@ class Sequence:
         refusal = self.expected_refusal(operation)
         yaml_before, data_now = self.yaml_settings(), self.data_content()
         tree_before = self.run_tree()
+        checkpoints_before = [path.name for path in self.own_checkpoints()]
         argv = self.command(operation, settings)
         running = self.session.server.start(argv, self.home)
         self.session.starts += 1
@@ -649,9 +651,10 @@ class Sequence:
         if code == 0:
             results = self.check_finished(settings, data_now)
             checkpoints_changed = e.foreign or any(where.startswith("checkpoints") for where in e.links)
-            if operation == "resume" and not checkpoints_changed and results["resumed_from_step"] < e.newest:
-                self.fail(f"progress lost: --resume started at step {results['resumed_from_step']}, the run had a "
-                          f"checkpoint at step {e.newest}")  # fmt: skip
+            resumed_from = results["resumed_from_step"] or 0  # None: started at step 0
+            if operation == "resume" and not checkpoints_changed and resumed_from < e.newest:
+                self.fail(f"progress lost: --resume started at step {resumed_from}, the run had a checkpoint at "
+                          f"step {e.newest} (checkpoints before it: {checkpoints_before})")  # fmt: skip
             self.expected = Expected(settings, data_now, newest=self.newest_step())
             return
         self.after_stop(operation, settings, data_now, running.started, tree_before)
@@ -897,8 +900,11 @@ def explore(session: Session, walks, tmp_path_factory) -> list[str]:
         outcome = "kept every invariant"
         try:
             sequence.walk(planned)
-        except Violation as violation:
-            outcome = f"violated: {violation}"
+        except Exception as error:  # noqa: BLE001 - a crash of the walk itself is reported with its steps too
+            what = (
+                f"violated: {error}" if isinstance(error, Violation) else f"crashed: {traceback.format_exc()[-2500:]}"
+            )
+            outcome = what
             replay = f"SIMCSE_WEINCE_FAULT_SEQUENCE='{seed}:{','.join(sequence.names)}'"
             failures.append(f"seed {seed} (home {sequence.home}; replay: {replay}):\n{_steps(sequence)}\n  {outcome}")
         TOTALS["sequences"] += 1
