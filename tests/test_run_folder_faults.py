@@ -901,10 +901,8 @@ def explore(session: Session, walks, tmp_path_factory) -> list[str]:
         try:
             sequence.walk(planned)
         except Exception as error:  # noqa: BLE001 - a crash of the walk itself is reported with its steps too
-            what = (
-                f"violated: {error}" if isinstance(error, Violation) else f"crashed: {traceback.format_exc()[-2500:]}"
-            )
-            outcome = what
+            crash = f"crashed: {traceback.format_exc()[-2500:]}"
+            outcome = f"violated: {error}" if isinstance(error, Violation) else crash
             replay = f"SIMCSE_WEINCE_FAULT_SEQUENCE='{seed}:{','.join(sequence.names)}'"
             failures.append(f"seed {seed} (home {sequence.home}; replay: {replay}):\n{_steps(sequence)}\n  {outcome}")
         TOTALS["sequences"] += 1
