@@ -198,3 +198,33 @@ def test_unpadded_forward_from_looked_up_word_embeddings(model, batch):
     rest = {name: value for name, value in batch.items() if name != "input_ids"}
     from_embeddings = unpadded_bert_forward(encoder, inputs_embeds=words, **rest)
     assert torch.equal(from_ids, from_embeddings)
+
+
+def test_rounding_the_row_count_changes_no_number_beyond_rounding(model, batch, monkeypatch):
+    """The layers compute padding tokens' rows up to a multiple of ROW_MULTIPLE (one kernel shape for many
+    batches); the real tokens' hidden states, the padding's zeros, the random stream and the weight gradients are
+    those of the real rows alone."""
+    from simcse_weince.text.fast_path import unpadded
+
+    encoder = model.encoder.train()
+    real = batch["attention_mask"].bool()
+    computed, real_count = unpadded._computed_rows(batch["attention_mask"])
+    assert real_count == int(real.sum()) and len(computed) % unpadded.ROW_MULTIPLE == 0 and len(computed) > real_count
+
+    def forward_and_gradients(multiple):
+        monkeypatch.setattr(unpadded, "ROW_MULTIPLE", multiple)
+        encoder.zero_grad()
+        torch.manual_seed(0)
+        hidden = unpadded_bert_forward(encoder, **batch)
+        (hidden[real].sin().sum()).backward()
+        gradients = {n: p.grad.clone() for n, p in encoder.named_parameters() if p.grad is not None}
+        return hidden.detach(), torch.get_rng_state(), gradients
+
+    rounded, rng_rounded, grads_rounded = forward_and_gradients(64)
+    assert len(grads_rounded) > 10
+    exact, rng_exact, grads_exact = forward_and_gradients(1)
+    assert torch.equal(rng_rounded, rng_exact) and not rounded[~real].any()
+    assert (rounded - exact).abs().max().item() <= 1e-5 * exact.abs().max().item()
+    for name, gradient in grads_exact.items():
+        scale = gradient.abs().max().item()
+        assert (grads_rounded[name] - gradient).abs().max().item() <= 1e-5 * scale + 1e-12, name

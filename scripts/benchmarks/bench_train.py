@@ -8,7 +8,7 @@ one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. T
 second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
 evaluation are excluded.
 
-Each round measures nine configurations:
+Each round measures eleven configurations:
 
 - ``st fp32`` / ``st bf16``: sentence-transformers' trainer, fp32 (its default) and ``bf16=True``;
 - ``ours fp32 padded`` / ``ours bf16 padded``: our trainer with one forward padded to the longest sentence and the
@@ -18,6 +18,8 @@ Each round measures nine configurations:
 - ``ours fp32`` / ``ours bf16``: our trainer's defaults (``length_chunks`` ``auto``, ``unpadded_layers``: the
   linear layers on the real tokens only; ``onednn_linear`` ``auto``: fp32 linear layers through oneDNN on AMD
   CPUs), ``--mixed-precision no`` / ``bf16``;
+- ``ours fp32 exact rows`` / ``ours bf16 exact rows``: the defaults with the linear layers on exactly the real
+  tokens' rows, not a row count rounded up to a multiple of 64 (a new kernel shape almost every step);
 - ``ours fp32 no onednn``: ``ours fp32`` with ``onednn_linear=False`` (torch's own fp32 linear layers, MKL's sgemm).
 
 and prints, as medians over rounds of the per-round ratios: ours vs sentence-transformers at equal precision
@@ -142,6 +144,22 @@ def run_ours(
     times = [entry["train_seconds"] for entry in results["history"]]
     flops = [entry["model_flops"] for entry in results["history"]]
     return steady_rate(times, args.warmup, args.batch_size), steady_flops(times, flops, args.warmup)
+
+
+def exact_rows(run):
+    """``run`` with the linear layers on exactly the real tokens' rows (``ROW_MULTIPLE`` 1): a chunk's row count,
+    and so oneDNN's kernel shapes, are new almost every step."""
+
+    def run_exact() -> tuple[float, float]:
+        from simcse_weince.text.fast_path import unpadded
+
+        kept, unpadded.ROW_MULTIPLE = unpadded.ROW_MULTIPLE, 1
+        try:
+            return run()
+        finally:
+            unpadded.ROW_MULTIPLE = kept
+
+    return run_exact
 
 
 def run_sentence_transformers(
@@ -281,6 +299,8 @@ def main() -> None:
             args.model, sentences_file, args, workdir, "bf16", fp32_chunks, unpadded_layers=False
         ),
         "ours bf16": lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", chunks),
+        "ours fp32 exact rows": exact_rows(lambda: run_ours(args.model, sentences_file, args, workdir, "no", chunks)),
+        "ours bf16 exact rows": exact_rows(lambda: run_ours(args.model, sentences_file, args, workdir, "bf16", chunks)),
     }
     if args.compile:  # auto's bf16 configuration with the encoder compiled (its compilation in the warm-up steps)
         runs["ours bf16 compiled"] = lambda: run_ours(
@@ -350,6 +370,8 @@ def main() -> None:
         (f"oneDNN linear layers alone (fp32; auto -> {onednn_auto} here)", "ours fp32", "ours fp32 no onednn", None),
         (f"unpadded linear layers alone (bf16, {bf16_chunks} chunk(s))", "ours bf16", same_chunks_padded_layers, None),
         ("bf16 alone (ours, bf16 vs fp32, defaults)", "ours bf16", "ours fp32", None),
+        ("row counts rounded to 64 alone (fp32)", "ours fp32", "ours fp32 exact rows", None),
+        ("row counts rounded to 64 alone (bf16)", "ours bf16", "ours bf16 exact rows", None),
         ("ours compiled / sentence-transformers, both bf16 (steady state)", "ours bf16 compiled", "st bf16", 1.3),
         ("compile alone (ours bf16, steady state)", "ours bf16 compiled", same_chunks_padded_layers, None),
         (f"out of the box: ours (auto -> {auto}) / sentence-transformers (fp32)", ours_default, "st fp32", None),

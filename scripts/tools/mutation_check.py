@@ -359,9 +359,14 @@ MUTATIONS = (
     ),
     Mutation(
         "unpadded layers: padding tokens enter the linear layers' rows", "simcse_weince/text/fast_path/unpadded.py",
-        (("    real = attention_mask.reshape(-1).nonzero().squeeze(1)",
-          "    real = torch.arange(attention_mask.numel(), device=attention_mask.device)"),),
+        (("    real = flat.nonzero().squeeze(1)", "    real = torch.arange(flat.numel(), device=flat.device)"),),
         ("tests/test_unpadded.py",), "issue 26: padded rows must come back as zeros and never be computed",
+    ),
+    Mutation(
+        "unpadded layers: the padding rows that round the row count up come back in the result",
+        "simcse_weince/text/fast_path/unpadded.py",
+        (("    return _pad(hidden[:real_count], real[:real_count], padded_shape)", "    return _pad(hidden, real, padded_shape)"),),  # noqa: E501
+        ("tests/test_unpadded.py", "-k", "rounding"), "the result's padding positions stay zero",
     ),
     Mutation(
         "unpadded layers: every length chunk looks up the word embeddings again", FAST_PATH,

@@ -20,6 +20,11 @@ from torch import nn
 
 from simcse_weince.text.fast_path.onednn_linear import linear
 
+#: the linear layers' row count is rounded up to a multiple of this, with padding tokens' rows (which the padded
+#: forward computes too): oneDNN builds and caches a kernel per row count, and the real-token count of a chunk is
+#: new almost every step (docs/performance.md#memory)
+ROW_MULTIPLE = 64
+
 
 def supports_unpadded(encoder: nn.Module) -> bool:
     """True for a Hugging Face ``BertModel`` this forward reproduces: an encoder (no decoder, no cross-attention)
@@ -56,6 +61,15 @@ def _dropout(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple, dropou
     return rows * noise.view(-1, rows.shape[-1]).index_select(0, real)
 
 
+def _computed_rows(attention_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The rows the layers compute (index into batch x length): every real token, then padding positions up to a
+    multiple of :data:`ROW_MULTIPLE` (as many as there are); and the number of real tokens, which come first."""
+    flat = attention_mask.reshape(-1)
+    real = flat.nonzero().squeeze(1)
+    extra = -len(real) % ROW_MULTIPLE
+    return torch.cat([real, (flat == 0).nonzero().squeeze(1)[:extra]]) if extra else real, len(real)
+
+
 def _pad(rows: torch.Tensor, real: torch.Tensor, padded_shape: tuple) -> torch.Tensor:
     """The real tokens' ``rows`` back in a zero-padded (batch, length, width) tensor."""
     padded = rows.new_zeros((padded_shape[0] * padded_shape[1], rows.shape[-1]))
@@ -83,7 +97,7 @@ def unpadded_bert_forward(
         return linear(layer, tokens, onednn=onednn_linear)
 
     padded_shape = tuple(attention_mask.shape)
-    real = attention_mask.reshape(-1).nonzero().squeeze(1)  # row index of every real token in (batch * length)
+    real, real_count = _computed_rows(attention_mask)  # row indices in (batch * length): the real tokens first
     # the embeddings at the padded shape: gathers and one layer norm, and their dropout draws its mask there
     embeddings = encoder.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
     # transformers' public mask builder, as BertModel builds its mask; positional, because its second argument is
@@ -113,4 +127,4 @@ def unpadded_bert_forward(
         output = layer.output
         projected = dense(output.dense, intermediate)
         hidden = output.LayerNorm(_dropout(projected, real, padded_shape, output.dropout) + hidden)
-    return _pad(hidden, real, padded_shape)
+    return _pad(hidden[:real_count], real[:real_count], padded_shape)
