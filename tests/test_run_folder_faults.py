@@ -505,11 +505,27 @@ class Sequence:
         value = next(v for v in EDITABLE[name] if float(v) != float(current.group(1)))
         path.write_text(text.replace(current.group(0), f"{name}: {value}"), encoding="utf-8")
         record = self.expected.settings
+        if self.replaced_run_pending():
+            # a stopped --overwrite start's config: the next start puts the earlier run back, and this file goes
+            self.log[index] += f" ({name}: {current.group(1)} -> {value}, in the config of a stopped --overwrite)"
+            return
         if record is not None:
             edited = self.yaml_settings()
             self.expected.yaml_edits = {key: getattr(edited, key) for key in EDITABLE
                                         if getattr(edited, key) != getattr(record, key)}  # fmt: skip
         self.log[index] += f" ({name}: {current.group(1)} -> {value})"
+
+    def replaced_run_pending(self) -> bool:
+        """An --overwrite start stopped before its first checkpoint: the run it moved aside is put back next."""
+        try:
+            run_id = json.loads((self.run_dir / ".simcse-weince.previous-run" / "moved.json").read_text())["run_id"]
+        except (OSError, ValueError, KeyError):
+            return False  # no aside, or one that moved nothing
+        for state in (self.run_dir / "checkpoints").glob("step-*[0-9]/trainer_state.json"):
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(state.read_text()).get("run_id") == run_id:
+                    return False  # the new run reached a checkpoint: it holds the folder
+        return True
 
     def rewrite_data(self, index: int) -> None:
         """Other lines in the same file, its mtime put back (as ``cp -p`` / ``rsync -t`` leave it)."""
