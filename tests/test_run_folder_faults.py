@@ -715,7 +715,7 @@ class Sequence:
         while running.alive() and fired is None:
             if point == "step" and logged_steps(self.run_dir) >= step and self.started_by(running):
                 fired = f"at step {step}"
-            elif point == "checkpoint-tmp" and self.checkpoint_temporaries():
+            elif point == "checkpoint-tmp" and self.checkpoint_temporaries(running.started):
                 fired = "during a checkpoint write"
             elif point == "checkpoint" and self.new_checkpoints(running.started):
                 fired = "a new checkpoint appeared"
@@ -752,10 +752,12 @@ class Sequence:
         except OSError:
             return False
 
-    def checkpoint_temporaries(self) -> bool:
+    def checkpoint_temporaries(self, since: float) -> bool:
+        """A checkpoint being written (``step-N.tmp``) by the process started at ``since`` (not a stale one)."""
         folder = self.run_dir / "checkpoints"
         try:
-            return any(not name[-1].isdigit() for name in os.listdir(folder) if name.startswith("step-"))
+            names = [name for name in os.listdir(folder) if name.startswith("step-") and not name[-1].isdigit()]
+            return any(os.stat(folder / name).st_mtime >= since for name in names)
         except OSError:
             return False
 
