@@ -398,6 +398,9 @@ class Sequence:
         import yaml
 
         path = self.run_dir / "training_config.yaml"
+        aside = self.run_dir / ".simcse-weince.previous-run" / "training_config.yaml"
+        if self.replaced_run_pending() and aside.is_file():
+            path = aside  # the next start puts the earlier run back, with its own config: that config is R's
         if path.is_symlink() or not path.is_file():
             return None
         return Settings.of(yaml.safe_load(path.read_text(encoding="utf-8")))
@@ -835,7 +838,8 @@ class Sequence:
     def check_refusal(self, stderr: str, tree_before: dict) -> None:
         self.check_message(stderr)
         changed = tree_changes(tree_before, self.run_tree())
-        left = sorted(name for name in tree_before if "/" not in name and name.startswith("."))
+        asides = (".simcse-weince.previous-run", ".simcse-weince.dropped-run")
+        left = sorted(name for name in tree_before if name in asides)
         if changed and left and not [name for name in left if name in self.run_tree()]:
             return  # a stopped start's leftovers (an aside folder): every start first settles them, as promised
         if changed:
