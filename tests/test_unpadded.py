@@ -228,3 +228,18 @@ def test_rounding_the_row_count_changes_no_number_beyond_rounding(model, batch, 
     for name, gradient in grads_exact.items():
         scale = gradient.abs().max().item()
         assert (grads_rounded[name] - gradient).abs().max().item() <= 1e-5 * scale + 1e-12, name
+
+
+def test_bench_row_counts_runs_at_a_small_size():
+    """The script behind ROW_MULTIPLE's measurement prints the three timings side by side."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "benchmarks" / "bench_row_counts.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--dtype", "fp32", "--shapes", "3"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert "3 new row counts" in line and "the same again (cached)" in line and "rounded up to 64 (1 shapes)" in line
