@@ -52,6 +52,7 @@ TRUST = "tests/test_checkpoint_trust.py"
 RUN_FOLDERS, DIAGNOSE = "tests/test_run_folders.py", "simcse_weince/diagnostics/pipeline.py"
 RUN_FOLDER, CHECKPOINT_FILES = "simcse_weince/training/run_folder.py", "simcse_weince/training/checkpoints.py"
 WALKS = "tests/test_run_folder_faults.py"
+FUNCTION_LENGTH = "tests/test_function_length.py"
 CASES, FOLDER_IO = "tests/test_run_folder_cases.py", "simcse_weince/training/folder_io.py"
 SIGNALS, CELLS = "simcse_weince/training/signals.py", "simcse_weince/compare/cells.py"
 FAST_PATH, COMPAT = "simcse_weince/text/fast_path/__init__.py", "simcse_weince/compat.py"
@@ -561,7 +562,7 @@ MUTATIONS = (
     ),
     Mutation(
         "checkpoints: the text export does not save the last step first", LOOP,
-        (('        if saved_step != state["step"] or checkpoint is None:\n', "        if False:\n"),),
+        (('    if saved_step != run.state["step"] or checkpoint is None:\n', "    if False:\n"),),
         (TRUST, "-k", "full_disk_during_the_export"), "issue 24.4: a full disk during the export lost the last step",
     ),
     Mutation(
@@ -1161,6 +1162,19 @@ MUTATIONS = (
         "docs words: the README grows past its limit", "README.md",
         (("## More\n", "## More\n\nA.\n\nB.\n\nC.\n"),),
         (DOCS_WORDS, "-k", "short_enough"), "the front door would grow back into a manual",
+    ),
+    # ---- functions short enough to read
+    Mutation(
+        "function length: a diagnostic grows past 80 lines", "simcse_weince/diagnostics/ksweep.py",
+        (("    ce_direct, ce_direct_se, predicted, predicted_se = _pool_plug_in(positives, negatives, temperature)\n",
+          "    ce_direct, ce_direct_se, predicted, predicted_se = _pool_plug_in(positives, negatives, temperature)\n"
+          + "    pass\n" * 80),),
+        (FUNCTION_LENGTH, "-k", "no_function"), "k_sweep, fit_link, plot_k_sweep and run_training had grown to 91-96",
+    ),
+    Mutation(
+        "function length: the scan skips methods and nested functions", FUNCTION_LENGTH,
+        (("                visit(child, f\"{name}.\")\n", "                pass\n"),),
+        (FUNCTION_LENGTH, "-k", "planted"), "a long method (a recipe's, a callback's __init__) would pass unseen",
     ),
 )
 # fmt: on

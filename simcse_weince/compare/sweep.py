@@ -37,8 +37,6 @@ def compare(
 
     Returns the summary written to ``comparison.json``.
     """
-    from tqdm.auto import tqdm
-
     kind.check_config(base, "compare")
     if not variants:
         raise ValueError("no variants to compare")
@@ -54,27 +52,7 @@ def compare(
     clear_digests()  # a training file may have changed since the last call in this process
     states = {cell: check_cell(config, kind) for cell, config in order}  # every cell, before the first one trains
     output_dir.mkdir(parents=True, exist_ok=True)
-    runs, curves, lambda_histories, cell_seconds = [], {}, {}, 0.0
-    progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
-    for (name, seed), config in progress:
-        progress.set_postfix_str(f"{name} seed {seed}")
-        try:
-            results = kind.run_cell(config, states[name, seed])
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell saved a checkpoint at the step it stopped
-            progress.close()
-            logger.warning(
-                "compare stopped in cell %s: run the same compare command again to continue (finished cells are "
-                "read, the stopped one resumes from its checkpoint)", config.output_dir,
-            )  # fmt: skip
-            raise
-        runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
-                     # the commit that trained the cell (its results.json's), not the summarising checkout's
-                     "training_commit": (results.get("versions") or {}).get("git_commit"),
-                     **kind.read_metrics(results)})  # fmt: skip
-        curves[name, seed] = results.get("evaluations") or []
-        lambda_histories[name, seed] = [entry for entry in results.get("history", []) if "lambda_mean" in entry]
-        cell_seconds += results.get("wall_time_seconds") or 0.0
-    progress.close()
+    runs, curves, lambda_histories, cell_seconds = run_cells(order, states, kind)
     summary = {
         "kind": kind.name,
         "table_note": kind.table_note,
@@ -98,6 +76,35 @@ def compare(
     write_outputs(output_dir, summary, runs, curves, kind)
     logger.debug("comparison written to %s (comparison.json, .md, .png)", output_dir)
     return summary
+
+
+def run_cells(order: list, states: dict, kind: CellKind) -> tuple[list[dict], dict, dict, float]:
+    """Train (or read, or resume) the cells in ``order``; ``(runs, curves, lambda_histories, cell_seconds)``: one
+    row of metrics per cell, each cell's dev curve and λ history, and the cells' wall times added up."""
+    from tqdm.auto import tqdm
+
+    runs, curves, lambda_histories, cell_seconds = [], {}, {}, 0.0
+    progress = tqdm(order, desc="compare", unit="run", dynamic_ncols=True)
+    for (name, seed), config in progress:
+        progress.set_postfix_str(f"{name} seed {seed}")
+        try:
+            results = kind.run_cell(config, states[name, seed])
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the cell saved a checkpoint at the step it stopped
+            progress.close()
+            logger.warning(
+                "compare stopped in cell %s: run the same compare command again to continue (finished cells are "
+                "read, the stopped one resumes from its checkpoint)", config.output_dir,
+            )  # fmt: skip
+            raise
+        runs.append({"variant": name, "seed": seed, "output_dir": str(config.output_dir),
+                     # the commit that trained the cell (its results.json's), not the summarising checkout's
+                     "training_commit": (results.get("versions") or {}).get("git_commit"),
+                     **kind.read_metrics(results)})  # fmt: skip
+        curves[name, seed] = results.get("evaluations") or []
+        lambda_histories[name, seed] = [entry for entry in results.get("history", []) if "lambda_mean" in entry]
+        cell_seconds += results.get("wall_time_seconds") or 0.0
+    progress.close()
+    return runs, curves, lambda_histories, cell_seconds
 
 
 def write_outputs(output_dir: Path, summary: dict, runs: list[dict], curves: dict, kind: CellKind) -> None:

@@ -160,6 +160,39 @@ def _sampled_losses(positives, negatives, temperature, ks, n_draws: int, seed: i
     return infonce, decoupled
 
 
+def _sweep_and_fit_range(ks, fit_min_k: int | None, pool_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct ks (default powers of two up to the pool size) and the mask of those the 1/k fits use."""
+    if ks is None:
+        ks = [2**i for i in range(int(math.log2(pool_size)) + 1)]
+    ks = np.asarray(sorted({int(k) for k in ks}), dtype=np.int64)
+    if ks.size == 0 or ks.min() < 1:
+        raise ValueError(f"ks must be positive integers, got {ks.tolist()}")
+    if fit_min_k is None:
+        fit_min_k = max(1, int(ks.max()) // 8)
+    fit_mask = ks >= fit_min_k
+    if fit_mask.sum() < 2:
+        raise ValueError(f"need at least two ks >= fit_min_k={fit_min_k} for the 1/k fit, got {ks.tolist()}")
+    return ks, fit_mask
+
+
+def _pool_plug_in(positives, negatives, temperature) -> tuple[float, float, float, float]:
+    """What the whole pool gives without drawing: the direct ``CE_inf`` and DCL's predicted slope, each with its
+    standard error over anchors."""
+    num_anchors, pool_size = negatives.shape
+    # Direct plug-in: -s_p/tau + log mean_pool exp(s_n/tau), per anchor.
+    scaled = negatives / temperature
+    per_anchor_ce = -positives / temperature + logsumexp(scaled, axis=1) - math.log(pool_size)
+    ce_direct = float(per_anchor_ce.mean())
+    ce_direct_se = float(per_anchor_ce.std(ddof=1) / math.sqrt(num_anchors))
+
+    # DCL leading coefficient: Var(w) / (E w)^2 with w = e^{s/tau} (scale-free, so shift by the row max).
+    weights = np.exp(scaled - scaled.max(axis=1, keepdims=True))
+    relative_variance = weights.var(axis=1) / weights.mean(axis=1) ** 2
+    predicted = -0.5 * float(relative_variance.mean())
+    predicted_se = 0.5 * float(relative_variance.std(ddof=1) / math.sqrt(num_anchors))
+    return ce_direct, ce_direct_se, predicted, predicted_se
+
+
 def k_sweep(
     positive_scores,
     negative_scores,
@@ -190,34 +223,14 @@ def k_sweep(
     """
     positives, negatives, temperature = _validated(positive_scores, negative_scores, temperature)
     num_anchors, pool_size = negatives.shape
-    if ks is None:
-        ks = [2**i for i in range(int(math.log2(pool_size)) + 1)]
-    ks = np.asarray(sorted({int(k) for k in ks}), dtype=np.int64)
-    if ks.size == 0 or ks.min() < 1:
-        raise ValueError(f"ks must be positive integers, got {ks.tolist()}")
-    if fit_min_k is None:
-        fit_min_k = max(1, int(ks.max()) // 8)
-    fit_mask = ks >= fit_min_k
-    if fit_mask.sum() < 2:
-        raise ValueError(f"need at least two ks >= fit_min_k={fit_min_k} for the 1/k fit, got {ks.tolist()}")
+    ks, fit_mask = _sweep_and_fit_range(ks, fit_min_k, pool_size)
     if n_draws < 1:
         raise ValueError(f"n_draws must be >= 1, got {n_draws}")
 
     infonce, decoupled = _sampled_losses(positives, negatives, temperature, ks, n_draws, seed, chunk_size)
     (ce_fit, slope), (ce_fit_se, slope_se) = _per_anchor_fit(infonce[:, fit_mask], ks[fit_mask])
     (dcl_ce, dcl_slope), (dcl_ce_se, dcl_slope_se) = _per_anchor_fit(decoupled[:, fit_mask], ks[fit_mask])
-
-    # Direct plug-in: -s_p/tau + log mean_pool exp(s_n/tau), per anchor.
-    scaled = negatives / temperature
-    per_anchor_ce = -positives / temperature + logsumexp(scaled, axis=1) - math.log(pool_size)
-    ce_direct = float(per_anchor_ce.mean())
-    ce_direct_se = float(per_anchor_ce.std(ddof=1) / math.sqrt(num_anchors))
-
-    # DCL leading coefficient: Var(w) / (E w)^2 with w = e^{s/tau} (scale-free, so shift by the row max).
-    weights = np.exp(scaled - scaled.max(axis=1, keepdims=True))
-    relative_variance = weights.var(axis=1) / weights.mean(axis=1) ** 2
-    predicted = -0.5 * float(relative_variance.mean())
-    predicted_se = 0.5 * float(relative_variance.std(ddof=1) / math.sqrt(num_anchors))
+    ce_direct, ce_direct_se, predicted, predicted_se = _pool_plug_in(positives, negatives, temperature)
 
     # The expansion is in e^{(s_p - s_n)/tau} / k and Var/(k mean^2): both must be small at the largest k.
     k_scale = math.exp(-ce_direct) if -ce_direct < 700 else math.inf

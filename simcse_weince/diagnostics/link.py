@@ -157,6 +157,71 @@ def _validated(scores, winners):
     return scores, winners.astype(np.int64)
 
 
+def _winner_beaten(scores, winners) -> np.ndarray:
+    """Per observation: does another candidate score at least as high as the winner? Refuses separable winners."""
+    rows = np.arange(len(winners))
+    winner_scores = scores[rows, winners]
+    others = scores.copy()
+    others[rows, winners] = -np.inf
+    beaten = others.max(axis=1) >= winner_scores  # some other candidate scores at least as high
+    if not beaten.any():
+        raise ValueError(
+            f"the winner has the strictly highest score in all {len(winners)} observations: the link likelihood "
+            "grows without bound in theta and lambda is not identifiable. Use harder candidate sets (more "
+            "negatives per observation, in-domain negatives, or positives that are not near-copies)."
+        )
+    return beaten
+
+
+class _MixingProfile:
+    """The profile likelihood in lambda: ``profile(mixing) -> (theta-hat, log-likelihood)``, lambda clipped to
+    [0, 1]. Every lambda evaluated is kept in ``cache`` (the fit reports them as its profile), and each Newton
+    solve starts from the last theta-hat found, as neighbouring lambdas have close theta-hats."""
+
+    def __init__(self, scores, winners, eps: float):
+        self.scores, self.winners, self.eps = scores, winners, eps
+        self.cache: dict[float, tuple[float, float]] = {}
+        self.start = 1.0 / max(np.std(scores), 1e-3)
+
+    def __call__(self, mixing: float) -> tuple[float, float]:
+        mixing = float(min(max(mixing, 0.0), 1.0))
+        if mixing not in self.cache:
+            transformed = shortfall_transform(self.scores, mixing, self.eps)
+            self.cache[mixing] = _profile_scale(transformed, self.winners, self.start)
+            self.start = self.cache[mixing][0]  # warm start for the neighbouring lambda
+        return self.cache[mixing]
+
+
+def _maximise_profile(profile: _MixingProfile, grid_size: int) -> float:
+    """lambda-hat: the best point of a grid on [0, 1], refined by scipy between its neighbours (kept only if
+    better)."""
+    grid = np.linspace(0.0, 1.0, grid_size)
+    grid_loglik = np.array([profile(m)[1] for m in grid])
+    best = int(np.argmax(grid_loglik))
+    left, right = grid[max(best - 1, 0)], grid[min(best + 1, grid_size - 1)]
+    refined = optimize.minimize_scalar(
+        lambda m: -profile(m)[1], bounds=(left, right), method="bounded", options={"xatol": 1e-6}
+    )
+    return float(refined.x) if -refined.fun >= grid_loglik[best] else float(grid[best])
+
+
+def _profile_interval(profile: _MixingProfile, mixing: float, loglik: float, confidence_level: float):
+    """Profile-likelihood interval: where the deviance crosses the chi-square quantile on each side of lambda-hat
+    (an end of [0, 1] where it does not cross)."""
+    critical = float(stats.chi2.ppf(confidence_level, df=1))
+
+    def deviance(m):
+        return 2.0 * (loglik - profile(m)[1]) - critical
+
+    lower = 0.0
+    if deviance(0.0) > 0 and mixing > 0:
+        lower = optimize.brentq(deviance, 0.0, mixing, xtol=1e-6)
+    upper = 1.0
+    if deviance(1.0) > 0 and mixing < 1:
+        upper = optimize.brentq(deviance, mixing, 1.0, xtol=1e-6)
+    return lower, upper
+
+
 def fit_link(
     scores,
     winners=None,
@@ -184,50 +249,11 @@ def fit_link(
             score of its row: the likelihood then grows without bound in theta and lambda is not identified).
     """
     scores, winners = _validated(scores, winners)
-    rows = np.arange(len(winners))
-    winner_scores = scores[rows, winners]
-    others = scores.copy()
-    others[rows, winners] = -np.inf
-    beaten = others.max(axis=1) >= winner_scores  # some other candidate scores at least as high
-    if not beaten.any():
-        raise ValueError(
-            f"the winner has the strictly highest score in all {len(winners)} observations: the link likelihood "
-            "grows without bound in theta and lambda is not identifiable. Use harder candidate sets (more "
-            "negatives per observation, in-domain negatives, or positives that are not near-copies)."
-        )
-
-    cache: dict[float, tuple[float, float]] = {}
-    start = [1.0 / max(np.std(scores), 1e-3)]
-
-    def profile(mixing: float) -> tuple[float, float]:
-        mixing = float(min(max(mixing, 0.0), 1.0))
-        if mixing not in cache:
-            cache[mixing] = _profile_scale(shortfall_transform(scores, mixing, eps), winners, start[0])
-            start[0] = cache[mixing][0]  # warm start for the neighbouring lambda
-        return cache[mixing]
-
-    grid = np.linspace(0.0, 1.0, grid_size)
-    grid_loglik = np.array([profile(m)[1] for m in grid])
-    best = int(np.argmax(grid_loglik))
-    left, right = grid[max(best - 1, 0)], grid[min(best + 1, grid_size - 1)]
-    refined = optimize.minimize_scalar(
-        lambda m: -profile(m)[1], bounds=(left, right), method="bounded", options={"xatol": 1e-6}
-    )
-    mixing = float(refined.x) if -refined.fun >= grid_loglik[best] else float(grid[best])
+    beaten = _winner_beaten(scores, winners)
+    profile = _MixingProfile(scores, winners, eps)
+    mixing = _maximise_profile(profile, grid_size)
     scale, loglik = profile(mixing)
-
-    # Profile-likelihood interval: where the deviance crosses the chi-square quantile on each side.
-    critical = float(stats.chi2.ppf(confidence_level, df=1))
-
-    def deviance(m):
-        return 2.0 * (loglik - profile(m)[1]) - critical
-
-    lower = 0.0
-    if deviance(0.0) > 0 and mixing > 0:
-        lower = optimize.brentq(deviance, 0.0, mixing, xtol=1e-6)
-    upper = 1.0
-    if deviance(1.0) > 0 and mixing < 1:
-        upper = optimize.brentq(deviance, mixing, 1.0, xtol=1e-6)
+    lower, upper = _profile_interval(profile, mixing, loglik, confidence_level)
 
     softmax_scale, softmax_loglik = profile(0.0)
     lr_statistic = max(2.0 * (loglik - softmax_loglik), 0.0)
@@ -235,7 +261,7 @@ def fit_link(
     lr_pvalue = 1.0 if lr_statistic <= 0 else 0.5 * float(stats.chi2.sf(lr_statistic, df=1))
 
     scale_se = _scale_standard_error(scores, winners, mixing, scale, eps)
-    profile_mixing = np.array(sorted(cache))
+    profile_mixing = np.array(sorted(profile.cache))
     return LinkFit(
         mixing=mixing,
         scale=float(scale),
@@ -251,7 +277,7 @@ def fit_link(
         n_candidates=int(scores.shape[1]),
         winner_top1_rate=float(1.0 - beaten.mean()),
         profile_mixing=profile_mixing,
-        profile_loglik=np.array([cache[m][1] for m in profile_mixing]),
+        profile_loglik=np.array([profile.cache[m][1] for m in profile_mixing]),
     )
 
 

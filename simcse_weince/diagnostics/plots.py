@@ -191,69 +191,15 @@ def plot_k_sweep(result, path=None, batch_size: int | None = None):
     CE_inf (band: ± 1.96 se). Left: every k, 1/k on a log axis. Right: the fit range on a linear 1/k axis.
     ``batch_size`` marks a training batch (k = batch_size − 1 negatives)."""
     plt = _pyplot()
-    ks = np.asarray(result.ks, dtype=float)
-    inverse = 1.0 / ks
-    r_k, r_se = np.asarray(result.r_k), 1.96 * np.asarray(result.r_k_se)
-    dcl, dcl_se = np.asarray(result.dcl_k), 1.96 * np.asarray(result.dcl_k_se)
+    inverse = 1.0 / np.asarray(result.ks, dtype=float)
     in_fit = np.isin(result.ks, result.fit_ks)
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     for axis, zoom in zip(axes, (False, True)):
         shown = in_fit if zoom else np.ones_like(in_fit)
-        axis.errorbar(
-            inverse[shown],
-            r_k[shown],
-            yerr=r_se[shown],
-            fmt="o",
-            color="C0",
-            ms=4,
-            capsize=2,
-            label="R_k = InfoNCE − log k",
-        )
-        axis.errorbar(
-            inverse[shown],
-            dcl[shown],
-            yerr=dcl_se[shown],
-            fmt="s",
-            color="C2",
-            ms=4,
-            capsize=2,
-            label="R̃_k (decoupled, no 1+)",
-        )
+        _draw_k_sweep_points(axis, result, inverse, shown)
+        # the fitted lines span the fit range, and reach 1/k = 0 (k -> infinity) on the zoomed panel
         line = np.linspace(0 if zoom else inverse[in_fit].min(), inverse[in_fit].max(), 50)
-        axis.plot(
-            line,
-            result.ce_inf_fit + result.slope * line,
-            color="C0",
-            lw=1,
-            label=f"fit CE∞ + b/k → {result.ce_inf_fit:.3f} ± {result.ce_inf_fit_se:.3f}",
-        )
-        axis.plot(
-            line,
-            result.dcl_ce_inf_fit + result.dcl_slope * line,
-            color="C2",
-            lw=1,
-            label=f"DCL fit, slope {result.dcl_slope:.3g}",
-        )
-        axis.plot(
-            line,
-            result.ce_inf_direct + result.dcl_predicted_slope * line,
-            color="C2",
-            lw=1,
-            ls=":",
-            label=f"DCL predicted slope {result.dcl_predicted_slope:.3g}",
-        )
-        axis.axhspan(
-            result.ce_inf_direct - 1.96 * result.ce_inf_direct_se,
-            result.ce_inf_direct + 1.96 * result.ce_inf_direct_se,
-            color="C1",
-            alpha=0.25,
-        )
-        axis.axhline(
-            result.ce_inf_direct,
-            color="C1",
-            lw=1,
-            label=f"direct CE∞ = {result.ce_inf_direct:.3f} ± {result.ce_inf_direct_se:.3f}",
-        )
+        _draw_k_sweep_fits(axis, result, line)
         if not zoom:
             axis.set_xscale("log")
             if batch_size and batch_size > 1:
@@ -277,6 +223,36 @@ def plot_k_sweep(result, path=None, batch_size: int | None = None):
         fontsize=10,
     )
     return _finish(figure, path)
+
+
+def _draw_k_sweep_points(axis, result, inverse, shown) -> None:
+    """The measured R_k and R~_k at the ``shown`` ks, with ± 1.96 se bars."""
+    r_k, r_se = np.asarray(result.r_k), 1.96 * np.asarray(result.r_k_se)
+    dcl, dcl_se = np.asarray(result.dcl_k), 1.96 * np.asarray(result.dcl_k_se)
+    axis.errorbar(
+        inverse[shown], r_k[shown], yerr=r_se[shown], fmt="o", color="C0", ms=4, capsize=2,
+        label="R_k = InfoNCE − log k",
+    )  # fmt: skip
+    axis.errorbar(
+        inverse[shown], dcl[shown], yerr=dcl_se[shown], fmt="s", color="C2", ms=4, capsize=2,
+        label="R̃_k (decoupled, no 1+)",
+    )  # fmt: skip
+
+
+def _draw_k_sweep_fits(axis, result, line) -> None:
+    """Over ``line`` (values of 1/k): the fitted CE_inf + b/k of R_k and R~_k, the line with DCL's predicted slope
+    through the direct CE_inf, and the direct CE_inf with its ± 1.96 se band."""
+    fit_label = f"fit CE∞ + b/k → {result.ce_inf_fit:.3f} ± {result.ce_inf_fit_se:.3f}"
+    axis.plot(line, result.ce_inf_fit + result.slope * line, color="C0", lw=1, label=fit_label)
+    dcl_fit_label = f"DCL fit, slope {result.dcl_slope:.3g}"
+    axis.plot(line, result.dcl_ce_inf_fit + result.dcl_slope * line, color="C2", lw=1, label=dcl_fit_label)
+    predicted_label = f"DCL predicted slope {result.dcl_predicted_slope:.3g}"
+    predicted = result.ce_inf_direct + result.dcl_predicted_slope * line
+    axis.plot(line, predicted, color="C2", lw=1, ls=":", label=predicted_label)
+    band = 1.96 * result.ce_inf_direct_se
+    axis.axhspan(result.ce_inf_direct - band, result.ce_inf_direct + band, color="C1", alpha=0.25)
+    direct_label = f"direct CE∞ = {result.ce_inf_direct:.3f} ± {result.ce_inf_direct_se:.3f}"
+    axis.axhline(result.ce_inf_direct, color="C1", lw=1, label=direct_label)
 
 
 def load_training_log(source) -> list[dict]:

@@ -222,6 +222,32 @@ def exceedances_above(scores, quantile: float = 0.99, threshold: float | None = 
     return threshold, values[values > threshold] - threshold
 
 
+def _parameter_covariance(y, xi, sigma, xi_range, grid_size, n_bootstrap, seed) -> tuple[np.ndarray, str]:
+    """The covariance of (xi-hat, sigma-hat) and how it was had: ``n_bootstrap`` refits when asked, else the
+    observed information, or a 200-draw bootstrap where that is not positive definite."""
+    if n_bootstrap > 0:
+        return _bootstrap_covariance(y, xi_range, grid_size, n_bootstrap, seed), "bootstrap"
+    covariance = _observed_information_covariance(y, xi, sigma)
+    if covariance is None:
+        warnings.warn(
+            f"the observed information is not positive definite at xi = {xi:.3f}; "
+            "standard errors come from a 200-draw bootstrap instead",
+            stacklevel=3,  # the caller of fit_gpd
+        )
+        return _bootstrap_covariance(y, xi_range, grid_size, 200, seed), "bootstrap"
+    return covariance, "observed_information"
+
+
+def _endpoint(threshold, xi, sigma, covariance) -> tuple[float, float]:
+    """The upper endpoint ``u - sigma / xi`` of a bounded tail (xi < 0) and its delta-method standard error;
+    ``(inf, inf)`` for an unbounded one."""
+    if xi < 0:
+        endpoint = threshold - sigma / xi
+        gradient = np.array([sigma / xi**2, -1.0 / xi])  # d endpoint / d(xi, sigma)
+        return endpoint, float(math.sqrt(max(gradient @ covariance @ gradient, 0.0)))
+    return math.inf, math.inf
+
+
 def fit_gpd(
     scores,
     quantile: float = 0.99,
@@ -265,26 +291,9 @@ def fit_gpd(
         raise ValueError(f"all {y.size} exceedances are equal; the scores are too discrete for a GPD fit")
     xi, sigma, loglik, grid, profile = _maximise(y, xi_range, grid_size)
 
-    covariance, se_method = None, "observed_information"
-    if n_bootstrap > 0:
-        covariance, se_method = _bootstrap_covariance(y, xi_range, grid_size, n_bootstrap, seed), "bootstrap"
-    else:
-        covariance = _observed_information_covariance(y, xi, sigma)
-        if covariance is None:
-            warnings.warn(
-                f"the observed information is not positive definite at xi = {xi:.3f}; "
-                "standard errors come from a 200-draw bootstrap instead",
-                stacklevel=2,
-            )
-            covariance, se_method = _bootstrap_covariance(y, xi_range, grid_size, 200, seed), "bootstrap"
+    covariance, se_method = _parameter_covariance(y, xi, sigma, xi_range, grid_size, n_bootstrap, seed)
     xi_se, sigma_se = (float(math.sqrt(max(covariance[i, i], 0.0))) for i in range(2))
-
-    if xi < 0:
-        endpoint = threshold - sigma / xi
-        gradient = np.array([sigma / xi**2, -1.0 / xi])  # d endpoint / d(xi, sigma)
-        endpoint_se = float(math.sqrt(max(gradient @ covariance @ gradient, 0.0)))
-    else:
-        endpoint, endpoint_se = math.inf, math.inf
+    endpoint, endpoint_se = _endpoint(threshold, xi, sigma, covariance)
 
     exponential_sigma = float(y.mean())
     exponential_loglik = gpd_loglik(y, 0.0, exponential_sigma)

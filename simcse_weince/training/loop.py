@@ -5,9 +5,10 @@ What differs between the text and the vision trainer is a small recipe object (:
 build the model and the data, one step's loss and logs, evaluation and export, and :class:`LoopOptions` (names,
 schedules, whether the last checkpoint is the run's result). The loop itself is one function, as in nanoGPT's
 ``train.py`` and Accelerate's ``complete_nlp_example.py``, read top to bottom; what would interrupt that reading
-(the state a run starts or resumes from, the loop's first log line and progress bar, one step's bookkeeping) is a
-named helper below it. Run state the recipes need (the trainer state, the steps, the precision used) is a
-:class:`TrainingRun`, not a list of parameters.
+is a named helper below it, in the order the loop calls them (opening the run: trackers, accelerator, run folder;
+the set-up and the state a run starts or resumes from; the first log line and progress bar; one step and its
+bookkeeping; a checkpoint; the stop on Ctrl-C; the export). Run state the recipes need (the trainer state, the
+steps, the precision used) is a :class:`TrainingRun`, not a list of parameters.
 
 Why one shared loop and not each trainer's own short loop (torchtune's rule: an interface is not a vehicle for
 code reuse): what it holds is the machinery every trainer needs and must get right the same way (claiming the run
@@ -94,6 +95,8 @@ class TrainingRun:
     history: list = field(default_factory=list)  # the entries of the steps trained by this call
     last_checkpoint: Path | None = None
     peak_flops: float | None = None  # the device's measured matmul FLOP/s at the run's precision (model_flops)
+    step_seconds: float = 0.0  # this call's steps' own time, without evaluation and checkpoints (the throughput)
+    step_flops: int = 0  # this call's steps' model FLOPs (0 where the recipe does not count them)
 
 
 class TrainingRecipe:
@@ -163,9 +166,49 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
     """Train ``recipe`` with ``config`` (``output_dir``, ``seed``, ``cpu``, ``mixed_precision``, ``report_to``); the
     result of ``recipe.export``. ``resume`` and ``overwrite`` as in
     :class:`~simcse_weince.training.run_folder.RunFolder`."""
-    from accelerate.utils import set_seed
-
     timer = RunTimer()  # wall_time_seconds: the whole run, set-up to the written result (training/timing.py)
+    run, folder, csv_tracker = open_run(config, recipe, timer, resume, overwrite)
+    with folder.restore_on_failure():
+        # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded ---------
+        model, options, loader = set_up(recipe, run, folder, csv_tracker)
+        recipe.before_training(run)
+
+        # --- the loop -------------------------------------------------------------------------------------------
+        progress = start_progress(recipe, run, options)
+        batches = iter(loader)
+        model.train()
+        checkpoint, saved_step = folder.checkpoint, run.start_step
+        with InterruptFlag() as interrupt:
+            for step in range(run.start_step + 1, run.total_steps + 1):  # step = optimizer updates done after it
+                entry = train_one_step(recipe, run, options, step, batches, folder.checkpoints)
+                show_progress(progress, run, options, entry, step)
+                if options.eval_steps and (step % options.eval_steps == 0 or step == run.total_steps):
+                    with timer.part("evaluation"):
+                        recipe.evaluate(step, progress.write)
+
+                stop = stop_requested(run.accelerator, interrupt)
+                # the last step is saved below, once the loop is done
+                if stop or (options.save_steps and step % options.save_steps == 0 and step < run.total_steps):
+                    checkpoint, saved_step = save_checkpoint(run, folder, options.save_total_limit), step
+                    if stop:
+                        raise interruption(run, progress, interrupt, checkpoint)
+        progress.close()
+        if options.model_flops:  # measured again once the steps are done: the best of two is less noisy
+            peak = matmul_peak_flops(PEAK_DTYPES[run.mixed_precision], run.accelerator.device)
+            run.peak_flops = max(run.peak_flops, peak)
+
+        # --- export -------------------------------------------------------------------------------------------------
+        results = export_run(recipe, run, folder, options, checkpoint, saved_step)
+    run.accelerator.wait_for_everyone()
+    run.accelerator.end_training()
+    return results
+
+
+def open_run(
+    config, recipe: TrainingRecipe, timer: RunTimer, resume, overwrite
+) -> tuple[TrainingRun, RunFolder, object]:
+    """Check the config, make the trackers and the accelerator, let the recipe refuse what the accelerator makes
+    impossible, and open the run folder (not yet claimed); ``(run, folder, csv_tracker)``."""
     config.validate()
     bound_kernel_caches()  # before any kernel is built: new batch shapes must not grow the process every step
     output_dir = run_folder_path(config.output_dir)  # one spelling of the folder: ".", "R/" and "../R" are one
@@ -178,78 +221,28 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
     recipe.check(run)
     inputs = [value for name in RUN_INPUTS if (value := getattr(config, name, None))]
     inputs = [value for value in inputs if Path(value).expanduser().exists()]  # a hub model id is not a path
-    folder = RunFolder(output_dir, resume, overwrite, accelerator, inputs)
-    with folder.restore_on_failure():
-        # --- set-up: data, model, optimizer, checkpoint; the folder is claimed only once all have loaded ---------
-        set_seed(config.seed)  # before the model: initialisations depend on it
-        model, run.total_steps = recipe.build(run)
-        options = recipe.options()
-        state = start_or_resume_state(recipe, run, folder)
-        folder.claim(config, state["run_id"])
-        run.state, run.start_step = state, state["step"]
-        start_step, total_steps = run.start_step, run.total_steps
-        loader = recipe.loader(run)
-        start_trackers(accelerator, csv_tracker, start_step, config.to_dict(), options.project)
-        if options.model_flops:  # a fraction of a second: a GEMM at the run's precision
-            run.peak_flops = matmul_peak_flops(PEAK_DTYPES[mixed_precision], accelerator.device)
-        timer.add("setup", timer.since_start())
-        recipe.before_training(run)
+    return run, RunFolder(output_dir, resume, overwrite, accelerator, inputs), csv_tracker
 
-        # --- the loop -------------------------------------------------------------------------------------------
-        progress = start_progress(recipe, run, options)
-        batches = iter(loader)
-        model.train()
-        session_seconds, session_flops, checkpoint, saved_step = 0.0, 0, folder.checkpoint, start_step
 
-        def save(limit: int) -> Path:
-            timer.save_into(state)
-            with timer.part("checkpoint"):
-                return folder.save_checkpoint(state, limit)
+def set_up(
+    recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder, csv_tracker
+) -> tuple[object, LoopOptions, object]:
+    """Seed; build the model and data; start or resume the trainer state and claim the folder (only now that all
+    have loaded); start the trackers; ``(model, options, loader)``. Its time is the run's set-up."""
+    from accelerate.utils import set_seed
 
-        with InterruptFlag() as interrupt:
-            for step in range(start_step + 1, total_steps + 1):  # step = optimizer updates done after this one
-                step_start = time.perf_counter()
-                log_now = step % options.logging_steps == 0 or step == total_steps
-                entry = recipe.train_step(step, batches, log_now)
-                session_seconds += time.perf_counter() - step_start
-                session_flops += record_step(run, entry, step, step_start, log_now, folder.checkpoints)
-                speed = (step - start_step) * options.items_per_step / session_seconds
-                mfu = session_flops / session_seconds / run.peak_flops if run.peak_flops and session_flops else None
-                progress.update(1)
-                progress.set_postfix(
-                    progress_postfix(entry, speed, mixed_precision, unit=options.unit, mfu=mfu), refresh=False
-                )
-                if options.eval_steps and (step % options.eval_steps == 0 or step == total_steps):
-                    with timer.part("evaluation"):
-                        recipe.evaluate(step, progress.write)
-
-                stop = stop_requested(accelerator, interrupt)
-                # the last step is saved below, once the loop is done
-                if stop or (options.save_steps and step % options.save_steps == 0 and step < total_steps):
-                    checkpoint, saved_step = save(options.save_total_limit), step
-                    if stop:
-                        progress.close()
-                        logger.warning(
-                            "%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), checkpoint
-                        )
-                        accelerator.end_training()
-                        raise interrupt.interruption()  # the CLI exits 130 (Ctrl-C) or 143 (SIGTERM)
-        progress.close()
-        if options.model_flops:  # measured again once the steps are done: the best of two is less noisy
-            peak = matmul_peak_flops(PEAK_DTYPES[mixed_precision], accelerator.device)
-            run.peak_flops = max(run.peak_flops, peak)
-
-        # --- export -------------------------------------------------------------------------------------------------
-        # the last step reaches a checkpoint before the export (a full disk during the export must not lose it;
-        # --resume then only exports); a trainer that does not keep it drops it once the export is written
-        if saved_step != state["step"] or checkpoint is None:
-            checkpoint = save(options.save_total_limit if options.keep_last_checkpoint else 0)
-        run.last_checkpoint = checkpoint
-        results = recipe.export(run)
-        folder.finish(drop=None if options.keep_last_checkpoint else checkpoint)
-    accelerator.wait_for_everyone()
-    accelerator.end_training()
-    return results
+    set_seed(run.config.seed)  # before the model: initialisations depend on it
+    model, run.total_steps = recipe.build(run)
+    options = recipe.options()
+    state = start_or_resume_state(recipe, run, folder)
+    folder.claim(run.config, state["run_id"])
+    run.state, run.start_step = state, state["step"]
+    loader = recipe.loader(run)
+    start_trackers(run.accelerator, csv_tracker, run.start_step, run.config.to_dict(), options.project)
+    if options.model_flops:  # a fraction of a second: a GEMM at the run's precision
+        run.peak_flops = matmul_peak_flops(PEAK_DTYPES[run.mixed_precision], run.accelerator.device)
+    run.timer.add("setup", run.timer.since_start())
+    return model, options, loader
 
 
 def start_or_resume_state(recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder) -> dict:
@@ -282,6 +275,60 @@ def start_progress(recipe: TrainingRecipe, run: TrainingRun, options: LoopOption
         total=run.total_steps, initial=run.start_step, desc=options.progress_desc,
         disable=not accelerator.is_local_main_process, dynamic_ncols=True,
     )  # fmt: skip
+
+
+def train_one_step(
+    recipe: TrainingRecipe, run: TrainingRun, options: LoopOptions, step: int, batches: Iterator, checkpoints
+) -> dict:
+    """One optimizer step (``recipe.train_step``) and its bookkeeping (:func:`record_step`); the entry. The step's
+    own time and model FLOPs are added to this call's (the throughput and MFU on the progress bar)."""
+    step_start = time.perf_counter()
+    log_now = step % options.logging_steps == 0 or step == run.total_steps
+    entry = recipe.train_step(step, batches, log_now)
+    run.step_seconds += time.perf_counter() - step_start
+    run.step_flops += record_step(run, entry, step, step_start, log_now, checkpoints)
+    return entry
+
+
+def show_progress(progress, run: TrainingRun, options: LoopOptions, entry: dict, step: int) -> None:
+    """Advance the progress bar by one step; its postfix: the entry's numbers, this call's throughput and MFU."""
+    seconds, flops = run.step_seconds, run.step_flops
+    speed = (step - run.start_step) * options.items_per_step / seconds
+    mfu = flops / seconds / run.peak_flops if run.peak_flops and flops else None
+    progress.update(1)
+    progress.set_postfix(progress_postfix(entry, speed, run.mixed_precision, unit=options.unit, mfu=mfu), refresh=False)
+
+
+def save_checkpoint(run: TrainingRun, folder: RunFolder, limit: int) -> Path:
+    """A checkpoint of the trainer state (with the run timer's parts so far), timed as checkpointing; keeps the
+    last ``limit`` (0: all)."""
+    run.timer.save_into(run.state)
+    with run.timer.part("checkpoint"):
+        return folder.save_checkpoint(run.state, limit)
+
+
+def interruption(run: TrainingRun, progress, interrupt: InterruptFlag, checkpoint: Path) -> BaseException:
+    """After Ctrl-C or SIGTERM, once ``checkpoint`` is saved: close the bar, say how to continue, end the trackers;
+    the exception to raise (the CLI exits 130 for Ctrl-C, 143 for SIGTERM)."""
+    progress.close()
+    logger.warning("%s: checkpoint saved to %s; continue with --resume", interrupt.describe(), checkpoint)
+    run.accelerator.end_training()
+    return interrupt.interruption()
+
+
+def export_run(
+    recipe: TrainingRecipe, run: TrainingRun, folder: RunFolder, options: LoopOptions, checkpoint, saved_step: int
+) -> dict:
+    """Save the last step if no checkpoint holds it yet, export the run's result, and release the folder;
+    what ``recipe.export`` returns."""
+    # the last step reaches a checkpoint before the export (a full disk during the export must not lose it;
+    # --resume then only exports); a trainer that does not keep it drops it once the export is written
+    if saved_step != run.state["step"] or checkpoint is None:
+        checkpoint = save_checkpoint(run, folder, options.save_total_limit if options.keep_last_checkpoint else 0)
+    run.last_checkpoint = checkpoint
+    results = recipe.export(run)
+    folder.finish(drop=None if options.keep_last_checkpoint else checkpoint)
+    return results
 
 
 def record_step(run: TrainingRun, entry: dict, step: int, step_start: float, log_now: bool, checkpoints) -> int:

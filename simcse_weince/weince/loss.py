@@ -302,12 +302,7 @@ def weince_loss(
     with torch.no_grad():
         weight, rho0 = mixing_weights(stats, weince)
         if mixing_weight is not None:
-            weight = torch.as_tensor(mixing_weight, dtype=weight.dtype, device=sims.device).expand_as(weight)
-            if not bool(((weight >= 0) & (weight <= 1)).all()):  # NaN fails both comparisons
-                raise ValueError(
-                    f"mixing_weight must be in [0, 1] (0: InfoNCE, 1: the shortfall logit alone), got "
-                    f"{_summarize_bad_weight(weight)}"
-                )
+            weight = _given_mixing_weight(mixing_weight, weight, sims.device)
         beta = shortfall_exponent(stats, weince)
         infonce_scale, shortfall_scale = _logit_scales(weight, beta, temperature, compute_dtype)
         # a constant of the logits (no gradient through it), so the closed-form backward's slope is unchanged
@@ -330,6 +325,18 @@ def weince_loss(
         "rho0": rho0,
         "logits": _stats_logits(logits, layout),
     }
+
+
+def _given_mixing_weight(mixing_weight, weight: torch.Tensor, device) -> torch.Tensor:
+    """The ``mixing_weight`` override (a scalar or one value per anchor) in the shape and dtype of the λ it
+    replaces; refuses values outside [0, 1]."""
+    weight = torch.as_tensor(mixing_weight, dtype=weight.dtype, device=device).expand_as(weight)
+    if not bool(((weight >= 0) & (weight <= 1)).all()):  # NaN fails both comparisons
+        raise ValueError(
+            f"mixing_weight must be in [0, 1] (0: InfoNCE, 1: the shortfall logit alone), got "
+            f"{_summarize_bad_weight(weight)}"
+        )
+    return weight
 
 
 def _summarize_bad_weight(weight: torch.Tensor):
