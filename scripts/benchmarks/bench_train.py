@@ -2,7 +2,9 @@
 
 Both train the same model on the same sentences with batch 64, length 32, lr 3e-5, dropout on, for ``--steps``
 optimizer steps after ``--warmup`` untimed ones, in alternating order within one process (interleaved rounds,
-so that a busy machine slows every configuration alike). Unsupervised SimCSE in sentence-transformers is MNRL
+so that a busy machine slows every configuration alike). Each round trains on sentences of its own (the same for
+every configuration of the round): a real run meets new batch shapes every step, and oneDNN, which builds and
+caches a kernel per shape, would otherwise serve repeated batches from its cache. Unsupervised SimCSE in sentence-transformers is MNRL
 on (sentence, sentence) pairs: two forward passes of 64, each padded to its longest sentence; our trainer runs
 one forward over the doubled batch, in ``length_chunks`` length-sorted chunks. The rate counts sentences per
 second of steady-state training steps (each sentence is encoded twice in both); setup, model export and
@@ -92,10 +94,11 @@ def check_flop_formula(model_path: str, sentences: list[str], max_length: int) -
 
 
 def training_sentences(args, parser: argparse.ArgumentParser) -> list[str]:
-    """The first ``(warmup + steps) x batch_size`` non-empty lines of wiki1m_head.txt; a parser error if short."""
+    """The first ``rounds x (warmup + steps) x batch_size`` non-empty lines of wiki1m_head.txt (each round trains on
+    its own); a parser error if short."""
     from simcse_weince.paths import resolve_data_dir
 
-    needed = (args.warmup + args.steps) * args.batch_size
+    needed = args.rounds * (args.warmup + args.steps) * args.batch_size
     lines = (resolve_data_dir(args.data_dir) / "wiki1m_head.txt").read_text(encoding="utf-8").splitlines()
     sentences = [line for line in lines if line.strip()][:needed]
     if len(sentences) < needed:
@@ -264,7 +267,9 @@ def main() -> None:
     from simcse_weince.paths import resolve_model_path
 
     model_path = resolve_model_path(args.model)
-    sentences = training_sentences(args, parser)
+    every_round = training_sentences(args, parser)
+    per_round = len(every_round) // args.rounds
+    sentences = every_round[:per_round]  # the round's sentences (the runs below read this name when called)
     print(
         f"model {args.model}, batch {args.batch_size}, length {args.max_length}, {args.steps} timed steps "
         f"(+{args.warmup} warm-up) x {args.rounds} rounds, torch threads {torch.get_num_threads()}"
@@ -326,8 +331,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         sentences_file = workdir / "sentences.txt"
-        sentences_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
         for round_index in range(args.rounds):
+            # each round trains on new sentences, as a run meets new batch shapes every step: repeating the same
+            # batches would let oneDNN's kernels, cached by shape, hide a cost that every real step pays
+            sentences = every_round[round_index * per_round : (round_index + 1) * per_round]
+            sentences_file.write_text("\n".join(sentences) + "\n", encoding="utf-8")
             # alternate the order, so that a drift in machine load does not favour one configuration
             order = list(runs) if round_index % 2 == 0 else list(reversed(runs))
             for precision, dtype in precisions.items():  # the peak at this thread count, once a round
