@@ -110,3 +110,27 @@ def test_sigterm_stops_vision_train_with_a_checkpoint_and_exit_143_and_resume_co
 
     resumed = train(load_config(VisionTrainConfig, run_dir / "training_config.yaml"), resume=True)
     assert resumed["history"][0]["step"] == stopped_at + 1 and resumed["step"] == steps
+
+
+def test_a_sigterm_while_the_loaders_workers_start_stops_after_one_step(text_setup, monkeypatch, capsys):
+    """The signal lands while ``iter(loader)`` starts its workers: the run still stops at a step boundary with a
+    checkpoint, the bar is closed before the last line, and no worker is left to start after its parent ended."""
+    import os
+
+    from torch.utils.data import DataLoader
+
+    root, flags = text_setup
+    run_dir = root / "loader-start"
+    start_workers = DataLoader.__iter__
+
+    def start_under_a_signal(loader):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return start_workers(loader)
+
+    monkeypatch.setattr(DataLoader, "__iter__", start_under_a_signal)
+    assert main(["train", *flags, "--num-workers", "2", "--output-dir", str(run_dir)]) == 143
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr and "SIGTERM: saving a checkpoint after this step" in stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted by SIGTERM", stderr[-1500:]
+    [checkpoint] = sorted((run_dir / "checkpoints").glob("step-*[0-9]"))
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["step"] == 1

@@ -175,24 +175,28 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
 
         # --- the loop -------------------------------------------------------------------------------------------
         progress = start_progress(recipe, run, options)
-        batches = iter(loader)
-        model.train()
-        checkpoint, saved_step = folder.checkpoint, run.start_step
-        with InterruptFlag() as interrupt:
-            for step in range(run.start_step + 1, run.total_steps + 1):  # step = optimizer updates done after it
-                entry = train_one_step(recipe, run, options, step, batches, folder.checkpoints)
-                show_progress(progress, run, options, entry, step)
-                if options.eval_steps and (step % options.eval_steps == 0 or step == run.total_steps):
-                    with timer.part("evaluation"):
-                        recipe.evaluate(step, progress.write)
+        checkpoint, saved_step, batches = folder.checkpoint, run.start_step, None
+        try:
+            # a signal while the loader's workers start is one more step's wait, not an exception mid-start
+            with InterruptFlag() as interrupt:
+                batches = iter(loader)
+                model.train()
+                for step in range(run.start_step + 1, run.total_steps + 1):  # step = optimizer updates done after it
+                    entry = train_one_step(recipe, run, options, step, batches, folder.checkpoints)
+                    show_progress(progress, run, options, entry, step)
+                    if options.eval_steps and (step % options.eval_steps == 0 or step == run.total_steps):
+                        with timer.part("evaluation"):
+                            recipe.evaluate(step, progress.write)
 
-                stop = stop_requested(run.accelerator, interrupt)
-                # the last step is saved below, once the loop is done
-                if stop or (options.save_steps and step % options.save_steps == 0 and step < run.total_steps):
-                    checkpoint, saved_step = save_checkpoint(run, folder, options.save_total_limit), step
-                    if stop:
-                        raise interruption(run, progress, interrupt, checkpoint)
-        progress.close()
+                    stop = stop_requested(run.accelerator, interrupt)
+                    # the last step is saved below, once the loop is done
+                    if stop or (options.save_steps and step % options.save_steps == 0 and step < run.total_steps):
+                        checkpoint, saved_step = save_checkpoint(run, folder, options.save_total_limit), step
+                        if stop:
+                            raise interruption(run, progress, interrupt, checkpoint)
+        finally:
+            progress.close()  # now: a bar closed later would be drawn after the CLI's last line
+            batches = None  # the loader's workers end here, not at exit, where one still starting finds its parent gone
         if options.model_flops:  # measured again once the steps are done: the best of two is less noisy
             peak = matmul_peak_flops(PEAK_DTYPES[run.mixed_precision], run.accelerator.device)
             run.peak_flops = max(run.peak_flops, peak)
