@@ -698,9 +698,10 @@ class Sequence:
             self.expected = e = Expected(settings, data_now, newest=self.newest_step())
         elif operation == "resume" and self.new_checkpoints(started):
             e.settings, e.data_at_start, e.yaml_edits, e.newest = settings, data_now, {}, self.newest_step()
-        e.links = {where: link for where, link in e.links.items() if (self.run_dir / where).is_symlink()}
-        if e.foreign is not None and not (self.run_dir / "checkpoints" / e.foreign).is_dir():
-            e.foreign = None
+        if not self.replaced_run_pending():  # pending: the run's links and copied checkpoint come back with it
+            e.links = {where: link for where, link in e.links.items() if (self.run_dir / where).is_symlink()}
+            if e.foreign is not None and not (self.run_dir / "checkpoints" / e.foreign).is_dir():
+                e.foreign = None
         e.killed = True
 
     def stop_at(self, running: Running, how: str, settings: Settings, point: str | None) -> str:
