@@ -141,7 +141,7 @@ MUTATIONS = (
     Mutation(
         "text trainer: no optimizer.step() and model.eval() instead of model.train()", TRAIN,
         (("optimizer.step()\n", "pass\n"),
-         (LOOP, "batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()")),
+         (LOOP, "                model.train()", "                model.eval()")),
         ("tests/test_train.py", "-k", "fixed_batch"), "issue 13: every trainer test passed with it",
     ),
     Mutation(
@@ -150,7 +150,7 @@ MUTATIONS = (
     ),
     Mutation(
         "training loop: model.eval() instead of model.train() (text: no dropout views)", LOOP,
-        (("batches = iter(loader)\n        model.train()", "batches = iter(loader)\n        model.eval()"),),
+        (("                model.train()", "                model.eval()"),),
         ("tests/test_train.py", "-k", "fixed_batch"), "SimCSE's positives come from dropout",
     ),
     Mutation(
