@@ -723,8 +723,8 @@ class Sequence:
                 fired = "during a checkpoint write"
             elif point == "checkpoint" and self.new_checkpoints(running.started):
                 fired = "a new checkpoint appeared"
-            elif point == "hidden" and self.hidden_entries() - known:
-                fired = f"hidden entry {sorted(self.hidden_entries() - known)[0]} appeared"
+            elif point == "hidden" and (appeared := sorted(self.hidden_entries() - known)):
+                fired = f"hidden entry {appeared[0]} appeared"  # read once: a temporary may be gone a moment later
             elif point == "export" and self.export_marks() != export_marks:
                 fired = "during the export"
             elif time.time() >= deadline:

@@ -134,3 +134,19 @@ def test_a_sigterm_while_the_loaders_workers_start_stops_after_one_step(text_set
     assert stderr.strip().splitlines()[-1] == "interrupted by SIGTERM", stderr[-1500:]
     [checkpoint] = sorted((run_dir / "checkpoints").glob("step-*[0-9]"))
     assert json.loads((checkpoint / "trainer_state.json").read_text())["step"] == 1
+
+
+def test_a_sigterm_inside_a_finalizer_is_not_lost():
+    """A signal that lands while a finalizer (``__del__``, e.g. a progress bar's) runs would raise where Python drops
+    the exception ("Exception ignored in ..."): it comes again once the finalizer is done, and stops the program."""
+    import time
+
+    from simcse_weince.training.signals import Interrupted, sigterm_interrupts
+
+    class SignalledWhileFinalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)
+
+    with pytest.raises(Interrupted), sigterm_interrupts():
+        SignalledWhileFinalized()  # finalized at once: the signal lands inside __del__
+        time.sleep(2)  # the signal, raised again after the finalizer, ends this wait

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import threading
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,11 @@ def sigterm_interrupts():
     stack unwinds (a run folder being replaced is put back) instead of the process dying without a word."""
 
     def raise_interrupted(signum, frame):
+        if frame is not None and frame.f_code.co_name == "__del__":
+            # an exception raised in a finalizer is printed and dropped ("Exception ignored in ..."): the stop
+            # would be lost, so the signal comes again once the finalizer is done
+            threading.Timer(0.01, signal.raise_signal, (signum,)).start()
+            return
         raise Interrupted(signum)
 
     previous = _install((signal.SIGTERM,), raise_interrupted)
