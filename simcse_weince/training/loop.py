@@ -174,11 +174,11 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
         recipe.before_training(run)
 
         # --- the loop -------------------------------------------------------------------------------------------
-        progress = start_progress(recipe, run, options)
-        checkpoint, saved_step, batches = folder.checkpoint, run.start_step, None
+        checkpoint, saved_step, batches, progress = folder.checkpoint, run.start_step, None, None
         try:
-            # a signal while the loader's workers start is one more step's wait, not an exception mid-start
+            # a signal once the bar is up, or while the loader's workers start, waits for the step boundary
             with InterruptFlag() as interrupt:
+                progress = start_progress(recipe, run, options)
                 batches = iter(loader)
                 model.train()
                 for step in range(run.start_step + 1, run.total_steps + 1):  # step = optimizer updates done after it
@@ -195,7 +195,8 @@ def run_training(config, recipe: TrainingRecipe, *, resume: bool | str | None = 
                         if stop:
                             raise interruption(run, progress, interrupt, checkpoint)
         finally:
-            progress.close()  # now: a bar closed later would be drawn after the CLI's last line
+            if progress is not None:
+                progress.close()  # now: a bar closed later would be drawn after the CLI's last line
             batches = None  # the loader's workers end here, not at exit, where one still starting finds its parent gone
         if options.model_flops:  # measured again once the steps are done: the best of two is less noisy
             peak = matmul_peak_flops(PEAK_DTYPES[run.mixed_precision], run.accelerator.device)
